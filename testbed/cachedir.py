@@ -1,0 +1,24 @@
+"""Where dra-testbed keeps what it builds and downloads, and where clusters keep their state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """The per-user cache directory: $DRA_TESTBED_CACHE, else $XDG_CACHE_HOME/dra-testbed, else ~/.cache/dra-testbed."""
+    explicit = os.environ.get("DRA_TESTBED_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dra-testbed"
+
+
+def state_root() -> Path:
+    """Where running clusters keep their files: $DRA_TESTBED_STATE, else ~/.local/state/dra-testbed."""
+    explicit = os.environ.get("DRA_TESTBED_STATE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "dra-testbed"

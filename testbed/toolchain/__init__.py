@@ -1,0 +1,1 @@
+"""Binaries per Kubernetes minor: overrides, cache, official download, or a build from Go modules."""
