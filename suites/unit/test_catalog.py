@@ -1,0 +1,348 @@
+"""Unit tests for the hardware catalog (fake_gpus.catalog)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fake_gpus import catalog
+from fake_gpus.catalog import (
+    BOARD_KEYS,
+    BOARDS_DIR,
+    Board,
+    CatalogError,
+    get_board,
+    load_catalog,
+    max_disjoint_placements,
+)
+
+PRESENT = [k for k in BOARD_KEYS if (BOARDS_DIR / f"{k}.yaml").is_file()]
+H100 = "h100-80gb"
+
+# DESIGN.md section 4: real `nvidia-smi mig -lgip` / `-lgipp` on an H100 80GB HBM3.
+# name: (id, GiB as printed, SMs, CE, instances, placement starts, placement size)
+H100_LGIP = {
+    "1g.10gb": (19, "9.75", 16, 1, 7, (0, 1, 2, 3, 4, 5, 6), 1),
+    "1g.10gb+me": (20, "9.75", 16, 1, 1, (0, 1, 2, 3, 4, 5, 6), 1),
+    "1g.20gb": (15, "19.62", 26, 1, 4, (0, 2, 4, 6), 2),
+    "2g.20gb": (14, "19.62", 32, 2, 3, (0, 2, 4), 2),
+    "3g.40gb": (9, "39.50", 60, 3, 2, (0, 4), 4),
+    "4g.40gb": (5, "39.50", 64, 4, 1, (0,), 4),
+    "7g.80gb": (0, "79.25", 132, 8, 1, (0,), 8),
+}
+
+# nvml.h NVML_GPU_INSTANCE_PROFILE_* values.
+NVML_GI = {"1_SLICE": 0, "2_SLICE": 1, "3_SLICE": 2, "4_SLICE": 3, "7_SLICE": 4, "1_SLICE_REV1": 7, "1_SLICE_REV2": 9}
+
+
+def boards() -> list[Board]:
+    return [get_board(k) for k in PRESENT]
+
+
+# --------------------------------------------------------------------------- #
+# Public API
+# --------------------------------------------------------------------------- #
+
+
+def test_board_keys_are_the_five_boards() -> None:
+    assert BOARD_KEYS == ("h100-80gb", "h100-nvl-94gb", "h200-141gb", "b200-180gb", "gb200-186gb")
+
+
+def test_unknown_board_names_valid_keys() -> None:
+    with pytest.raises(CatalogError) as err:
+        get_board("a100-40gb")
+    msg = str(err.value)
+    assert "'a100-40gb'" in msg
+    assert all(k in msg for k in BOARD_KEYS)
+    assert "\n" not in msg
+
+
+def test_catalog_error_is_value_error() -> None:
+    assert issubclass(CatalogError, ValueError)
+
+
+@pytest.mark.xfail(len(PRESENT) < len(BOARD_KEYS), reason="boards still being filled in", strict=True)
+def test_every_board_file_is_present_and_loads() -> None:
+    assert PRESENT == list(BOARD_KEYS), f"missing board files: {sorted(set(BOARD_KEYS) - set(PRESENT))}"
+    assert [b.key for b in catalog.all_boards()] == list(BOARD_KEYS)
+
+
+def test_loader_is_cached() -> None:
+    assert get_board(H100) is get_board(H100)
+
+
+def test_boards_are_frozen() -> None:
+    board = get_board(H100)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        board.memory_mib = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        board.sources["memory_mib"] = "x"  # type: ignore[index]
+
+
+def test_profile_lookup() -> None:
+    board = get_board(H100)
+    assert board.profile("3g.40gb").id == 9
+    with pytest.raises(CatalogError, match="valid profiles: 1g.10gb"):
+        board.profile("3g.20gb")
+
+
+# --------------------------------------------------------------------------- #
+# H100 facts from DESIGN.md section 4
+# --------------------------------------------------------------------------- #
+
+
+def test_h100_board_facts() -> None:
+    b = get_board(H100)
+    assert b.product_name == "NVIDIA H100 80GB HBM3"
+    assert b.pci_device_id == 0x233010DE
+    assert (b.architecture, b.nvml_architecture) == ("hopper", 9)
+    assert (b.brand, b.nvml_brand) == ("nvidia", 14)
+    assert b.cuda_compute_capability == (9, 0)
+    assert b.multiprocessors == 132
+    assert b.memory_slices == 8
+    assert 80 * 1000 < b.memory_mib < 80 * 1024
+
+
+@pytest.mark.parametrize("name", list(H100_LGIP))
+def test_h100_lgip_row(name: str) -> None:
+    pid, gib, sms, ce, instances, starts, size = H100_LGIP[name]
+    p = get_board(H100).profile(name)
+    assert p.id == pid
+    # nvidia-smi prints memorySizeMB / 1024 with two decimals.
+    assert f"{p.memory_mib / 1024:.2f}" == gib
+    assert (p.multiprocessors, p.copy_engines, p.max_instances) == (sms, ce, instances)
+    assert (p.placements, p.memory_slices) == (starts, size)
+
+
+def test_h100_has_exactly_the_lgip_profiles() -> None:
+    assert {p.name for p in get_board(H100).gpu_instance_profiles} == set(H100_LGIP)
+
+
+def test_h100_enum_is_not_the_profile_id() -> None:
+    """go-nvml's mocks used the enum as info.id; the real ids differ."""
+    b = get_board(H100)
+    assert b.profile("1g.10gb").nvml_profile == NVML_GI["1_SLICE"]
+    assert b.profile("1g.10gb+me").nvml_profile == NVML_GI["1_SLICE_REV1"]
+    assert b.profile("1g.20gb").nvml_profile == NVML_GI["1_SLICE_REV2"]
+    assert b.profile("2g.20gb").nvml_profile == NVML_GI["2_SLICE"]
+    assert b.profile("3g.40gb").nvml_profile == NVML_GI["3_SLICE"]
+    assert b.profile("4g.40gb").nvml_profile == NVML_GI["4_SLICE"]
+    assert b.profile("7g.80gb").nvml_profile == NVML_GI["7_SLICE"]
+
+
+def test_h100_compute_slices() -> None:
+    b = get_board(H100)
+    assert [b.profile(n).slice_count for n in H100_LGIP] == [1, 1, 1, 2, 3, 4, 7]
+
+
+# --------------------------------------------------------------------------- #
+# Every board: placements and instance counts
+# --------------------------------------------------------------------------- #
+
+
+def _fits_without_overlap(starts: tuple[int, ...], size: int, count: int) -> bool:
+    """Brute force: is there a set of ``count`` disjoint placements?"""
+    for combo in itertools.combinations(starts, count):
+        used: set[int] = set()
+        ok = True
+        for s in combo:
+            span = set(range(s, s + size))
+            if used & span:
+                ok = False
+                break
+            used |= span
+        if ok:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_placements_fit_in_8_slices(key: str) -> None:
+    b = get_board(key)
+    assert b.memory_slices == 8
+    for p in b.gpu_instance_profiles:
+        assert 1 <= p.memory_slices <= 8, p.name
+        assert p.placements, p.name
+        for start in p.placements:
+            assert 0 <= start and start + p.memory_slices <= 8, (p.name, start)
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_max_instances_can_be_placed_without_overlap(key: str) -> None:
+    for p in get_board(key).gpu_instance_profiles:
+        assert _fits_without_overlap(p.placements, p.memory_slices, p.max_instances), p.name
+        # Anything below what the placements allow must be explained.
+        if not _fits_without_overlap(p.placements, p.memory_slices, p.max_instances + 1):
+            assert p.instance_limit_reason is None, p.name
+        else:
+            assert p.instance_limit_reason, p.name
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_full_gpu_profile_spans_all_slices(key: str) -> None:
+    b = get_board(key)
+    full = max(b.gpu_instance_profiles, key=lambda p: p.slice_count)
+    assert (full.slice_count, full.memory_slices, full.placements) == (7, 8, (0,))
+    assert full.multiprocessors == b.multiprocessors
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_ids_and_names_unique(key: str) -> None:
+    gis = get_board(key).gpu_instance_profiles
+    for attr in ("id", "name", "nvml_profile"):
+        values = [getattr(p, attr) for p in gis]
+        assert len(values) == len(set(values)), attr
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_profile_memory_and_sms_within_board(key: str) -> None:
+    b = get_board(key)
+    for p in b.gpu_instance_profiles:
+        assert 0 < p.memory_mib <= b.memory_mib, p.name
+        assert 0 < p.multiprocessors <= b.multiprocessors, p.name
+        # A profile's memory grows with its memory slices (roughly 1/8 each).
+        assert p.memory_mib <= b.memory_mib * p.memory_slices / 8, p.name
+
+
+def _go_nvlib_gb(board_mib: int, profile_mib: int) -> int:
+    """The GB figure go-nvlib (and so NVIDIA's DRA driver) puts in a profile name."""
+    fraction = math.ceil(profile_mib / board_mib * 8) / 8
+    return round(fraction * math.ceil(board_mib / 1024))
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_profile_names_match_what_the_dra_driver_derives(key: str) -> None:
+    """The DRA driver names profiles from memorySizeMB; the catalog must agree."""
+    b = get_board(key)
+    for p in b.gpu_instance_profiles:
+        gb = int(p.name.split(".")[1].split("gb")[0])
+        assert _go_nvlib_gb(b.memory_mib, p.memory_mib) == gb, p.name
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_compute_instance_profiles(key: str) -> None:
+    for gi in get_board(key).gpu_instance_profiles:
+        full = [c for c in gi.compute_instance_profiles if c.slice_count == gi.slice_count]
+        assert len(full) == 1 and full[0].multiprocessors == gi.multiprocessors, gi.name
+        for c in gi.compute_instance_profiles:
+            assert c.slice_count <= gi.slice_count and c.multiprocessors <= gi.multiprocessors
+
+
+# --------------------------------------------------------------------------- #
+# Sources
+# --------------------------------------------------------------------------- #
+
+BOARD_FACTS = [
+    f.name for f in dataclasses.fields(Board) if f.name not in {"key", "gpu_instance_profiles", "sources"}
+]
+GI_FACTS = [f.name for f in dataclasses.fields(catalog.GpuInstanceProfile) if f.name not in {"compute_instance_profiles", "instance_limit_reason"}]
+CI_FACTS = [f.name for f in dataclasses.fields(catalog.ComputeInstanceProfile)]
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_every_fact_has_a_source(key: str) -> None:
+    b = get_board(key)
+    expected = set(BOARD_FACTS)
+    for p in b.gpu_instance_profiles:
+        base = f"gpu_instance_profiles.{p.name}"
+        expected |= {f"{base}.{f}" for f in GI_FACTS}
+        for c in p.compute_instance_profiles:
+            expected |= {f"{base}.compute_instance_profiles.{c.name}.{f}" for f in CI_FACTS}
+    missing = expected - set(b.sources)
+    assert not missing, sorted(missing)[:5]
+    assert all(isinstance(s, str) and s.strip() for s in b.sources.values())
+
+
+@pytest.mark.parametrize("key", PRESENT)
+def test_unknown_facts_are_null(key: str) -> None:
+    b = get_board(key)
+    for fact in BOARD_FACTS:
+        value, source = getattr(b, fact), b.sources[fact]
+        assert (value is None) == source.startswith("unknown"), fact
+
+
+# --------------------------------------------------------------------------- #
+# Corrupt files
+# --------------------------------------------------------------------------- #
+
+
+def _h100_raw() -> dict:
+    return yaml.safe_load((BOARDS_DIR / f"{H100}.yaml").read_text())
+
+
+def _write(tmp_path: Path, raw: dict, name: str = H100) -> Path:
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return tmp_path
+
+
+def test_copy_of_real_file_loads_from_other_directory(tmp_path: Path) -> None:
+    shutil.copy(BOARDS_DIR / f"{H100}.yaml", tmp_path)
+    loaded = load_catalog(tmp_path)
+    assert loaded[H100] == get_board(H100)
+
+
+def _gi(raw: dict, name: str) -> dict:
+    return next(p for p in raw["gpu_instance_profiles"] if p["name"] == name)
+
+
+def _rename(raw: dict, old: str, new: str) -> None:
+    gi = _gi(raw, old)
+    gi["name"] = new
+    for ci in gi["compute_instance_profiles"]:
+        ci["name"] = ci["name"].replace(old, new)
+
+
+CORRUPTIONS = {
+    "placement past slice 8": (lambda r: _gi(r, "3g.40gb").__setitem__("placements", [0, 4, 8]), "3g.40gb", "placements"),
+    "misaligned start": (lambda r: _gi(r, "2g.20gb").__setitem__("placements", [0, 3]), "2g.20gb", "placements"),
+    "too many instances": (lambda r: _gi(r, "3g.40gb").__setitem__("max_instances", 3), "3g.40gb", "max_instances"),
+    "unexplained low limit": (lambda r: _gi(r, "1g.10gb").__setitem__("max_instances", 5), "1g.10gb", "max_instances"),
+    "duplicate id": (lambda r: _gi(r, "4g.40gb").__setitem__("id", 9), "gpu_instance_profiles", "id"),
+    "duplicate name": (lambda r: _rename(r, "1g.10gb+me", "1g.10gb"), "gpu_instance_profiles", "name"),
+    "string count": (lambda r: _gi(r, "7g.80gb").__setitem__("multiprocessors", "132"), "7g.80gb", "multiprocessors"),
+    "missing board fact": (lambda r: r.pop("memory_mib"), "memory_mib", "missing"),
+    "missing source": (lambda r: r["sources"].pop("product_name"), "product_name", "citation"),
+    "null without unknown": (lambda r: r.__setitem__("decoders", None), "decoders", "unknown"),
+    "value marked unknown": (lambda r: r["sources"].__setitem__("decoders", "unknown"), "decoders", "unknown"),
+    "seven memory slices": (lambda r: r.__setitem__("memory_slices", 7), "memory_slices", "8"),
+    "slice count vs name": (lambda r: _gi(r, "2g.20gb").__setitem__("slice_count", 3), "2g.20gb", "slice_count"),
+    "bad pci id": (lambda r: r.__setitem__("pci_device_id", 0x2330), "pci_device_id", "0x10DE"),
+    "wrong key": (lambda r: r.__setitem__("key", "h200-141gb"), "key", "h100-80gb"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupt_file_names_file_and_key(tmp_path: Path, case: str) -> None:
+    corrupt, key, hint = CORRUPTIONS[case]
+    raw = _h100_raw()
+    corrupt(raw)
+    with pytest.raises(CatalogError) as err:
+        load_catalog(_write(tmp_path, raw))
+    msg = str(err.value)
+    assert msg.startswith(f"{H100}.yaml: "), msg
+    assert key in msg and hint in msg, msg
+    assert "valid" in msg and "\n" not in msg, msg
+
+
+def test_invalid_yaml_names_file(tmp_path: Path) -> None:
+    (tmp_path / "b200-180gb.yaml").write_text("key: b200-180gb\nmemory_mib: [1,\n")
+    with pytest.raises(CatalogError, match=r"^b200-180gb\.yaml: .*YAML"):
+        load_catalog(tmp_path)
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="does not exist"):
+        load_catalog(tmp_path / "nope")
+
+
+def test_max_disjoint_placements() -> None:
+    assert max_disjoint_placements((0, 1, 2, 3, 4, 5, 6), 1) == 7
+    assert max_disjoint_placements((0, 2, 4, 6), 2) == 4
+    assert max_disjoint_placements((0, 4), 4) == 2
+    assert max_disjoint_placements((0, 2, 4), 4) == 2
