@@ -1,0 +1,272 @@
+"""Per-node state directories of the fake NVML: create, validate, read and reset them.
+
+Layout (the C library parses the same format, see src/core.c):
+  gpus  "fake-nvml-gpus 1", then "gpu <index> <board-key> <minor> <GPU-uuid> <serial> <bus-id>"
+  mig   "fake-nvml-mig 1", then "mode <gpu> <cur> <pending>", "gi <gpu> <id> <profile-id> <start> <size>",
+        "ci <gpu> <gi-id> <ci-id> <profile-id> <start> <size> <MIG-uuid>"
+  lock  flock()ed by every reader (shared) and writer (exclusive); files are replaced by rename.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+GPUS_MAGIC = "fake-nvml-gpus"
+MIG_MAGIC = "fake-nvml-mig"
+FORMAT_VERSION = 1
+MAX_GPUS = 64
+
+_UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_GPU_LINE = re.compile(rf"gpu (\d+) (\S+) (\d+) (GPU-{_UUID_RE}) (\S{{1,31}}) ([0-9A-Fa-f]{{8}}:[0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}}\.[0-9A-Fa-f])")
+_MODE_LINE = re.compile(r"mode (\d+) ([01]) ([01])")
+_GI_LINE = re.compile(r"gi (\d+) (\d+) (\d+) (\d+) (\d+)")
+_CI_LINE = re.compile(rf"ci (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (MIG-{_UUID_RE})")
+
+
+class StateError(ValueError):
+    """A state directory is missing, foreign or corrupt; str() is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    index: int
+    board: str
+    minor: int
+    uuid: str
+    serial: str
+    bus_id: str
+
+
+@dataclass(frozen=True)
+class GpuInstanceRecord:
+    gpu: int
+    id: int
+    profile_id: int
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ComputeInstanceRecord:
+    gpu: int
+    gi: int
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    uuid: str
+
+
+@dataclass
+class MigState:
+    modes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    gpu_instances: list[GpuInstanceRecord] = field(default_factory=list)
+    compute_instances: list[ComputeInstanceRecord] = field(default_factory=list)
+
+
+def parse_gpu_spec(text: str) -> tuple[str, int]:
+    """"h100-80gb:8" -> ("h100-80gb", 8); raises StateError naming the valid boards."""
+    from fake_gpus.catalog import BOARD_KEYS
+
+    board, sep, count = text.partition(":")
+    if not sep or not count.strip().isdigit():
+        raise StateError(f"--gpus {text!r}: expected BOARD:COUNT, e.g. {BOARD_KEYS[0]}:8")
+    if board not in BOARD_KEYS:
+        raise StateError(f"--gpus {text!r}: unknown board {board!r}; valid boards: {', '.join(BOARD_KEYS)}")
+    n = int(count)
+    if n < 1:
+        raise StateError(f"--gpus {text!r}: count must be at least 1")
+    return board, n
+
+
+def _gpu_records(path: Path, boards: Sequence[tuple[str, int]]) -> list[GpuRecord]:
+    """Stable identities derived from the directory's absolute path, so a node keeps its UUIDs."""
+    records = []
+    for board, count in boards:
+        for _ in range(count):
+            i = len(records)
+            seed = f"{path.resolve()}|{i}|{board}"
+            digest = hashlib.sha256(seed.encode()).hexdigest()
+            records.append(GpuRecord(
+                index=i,
+                board=board,
+                minor=i,
+                uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, 'fake-nvml:' + seed)}",
+                serial=str(1650000000000 + int(digest[:12], 16) % 10**10),
+                bus_id=f"00000000:{0x18 + 3 * i:02X}:00.0",
+            ))
+    if len(records) > MAX_GPUS:
+        raise StateError(f"{path}: at most {MAX_GPUS} GPUs per node, asked for {len(records)}")
+    return records
+
+
+def _format_gpus(records: Sequence[GpuRecord]) -> str:
+    lines = [f"{GPUS_MAGIC} {FORMAT_VERSION}"]
+    lines += [f"gpu {r.index} {r.board} {r.minor} {r.uuid} {r.serial} {r.bus_id}" for r in records]
+    return "\n".join(lines) + "\n"
+
+
+def format_mig(n_gpus: int, mig: MigState) -> str:
+    lines = [f"{MIG_MAGIC} {FORMAT_VERSION}"]
+    for g in range(n_gpus):
+        cur, pend = mig.modes.get(g, (0, 0))
+        lines.append(f"mode {g} {cur} {pend}")
+        lines += [f"gi {g} {r.id} {r.profile_id} {r.start} {r.size}" for r in mig.gpu_instances if r.gpu == g]
+        lines += [f"ci {g} {r.gi} {r.id} {r.profile_id} {r.start} {r.size} {r.uuid}" for r in mig.compute_instances if r.gpu == g]
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def locked(path: Path, exclusive: bool) -> Iterator[None]:
+    """Hold the state directory's flock (the same lock the C library takes)."""
+    with open(Path(path) / "lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _read_gpus(path: Path) -> list[GpuRecord]:
+    from fake_gpus.catalog import BOARD_KEYS
+
+    f = path / "gpus"
+    if not f.is_file():
+        raise StateError(f"{f}: missing: {path} is not a fake-nvml state directory")
+    lines = f.read_text(errors="replace").splitlines()
+    if not lines or lines[0].split()[:1] != [GPUS_MAGIC]:
+        raise StateError(f"{f}: not a fake-nvml state file (first line must be '{GPUS_MAGIC} {FORMAT_VERSION}')")
+    if lines[0].strip() != f"{GPUS_MAGIC} {FORMAT_VERSION}":
+        raise StateError(f"{f}: format {lines[0].strip()!r} not supported (want '{GPUS_MAGIC} {FORMAT_VERSION}')")
+    records = []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = _GPU_LINE.fullmatch(line.strip())
+        if not m:
+            raise StateError(f"{f}:{n}: malformed line {line!r} (want: gpu INDEX BOARD MINOR GPU-UUID SERIAL BUSID)")
+        index, board = int(m[1]), m[2]
+        if index != len(records):
+            raise StateError(f"{f}:{n}: GPU index {index} out of order (want {len(records)})")
+        if board not in BOARD_KEYS:
+            raise StateError(f"{f}:{n}: unknown board {board!r}; valid boards: {', '.join(BOARD_KEYS)}")
+        records.append(GpuRecord(index, board, int(m[3]), m[4], m[5], m[6]))
+    if not records:
+        raise StateError(f"{f}: lists no GPU")
+    if len(records) > MAX_GPUS:
+        raise StateError(f"{f}: more than {MAX_GPUS} GPUs")
+    return records
+
+
+def _read_mig(path: Path, gpus: Sequence[GpuRecord]) -> MigState:
+    from fake_gpus.catalog import get_board
+
+    f = path / "mig"
+    if not f.is_file():
+        raise StateError(f"{f}: missing")
+    lines = f.read_text(errors="replace").splitlines()
+    if not lines or lines[0].strip() != f"{MIG_MAGIC} {FORMAT_VERSION}":
+        raise StateError(f"{f}: not a fake-nvml MIG state file (first line must be '{MIG_MAGIC} {FORMAT_VERSION}')")
+    mig = MigState()
+    for n, line in enumerate(lines[1:], start=2):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"{f}:{n}"
+        if m := _MODE_LINE.fullmatch(line):
+            g = int(m[1])
+            if g >= len(gpus):
+                raise StateError(f"{where}: mode line for GPU {g}, but the node has {len(gpus)}")
+            mig.modes[g] = (int(m[2]), int(m[3]))
+        elif m := _GI_LINE.fullmatch(line):
+            rec = GpuInstanceRecord(*map(int, m.groups()))
+            if rec.gpu >= len(gpus):
+                raise StateError(f"{where}: GPU instance on GPU {rec.gpu}, but the node has {len(gpus)}")
+            board = get_board(gpus[rec.gpu].board)
+            if rec.profile_id not in {p.id for p in board.gpu_instance_profiles}:
+                raise StateError(f"{where}: profile id {rec.profile_id} is not a MIG profile of {board.key}")
+            if any(r.gpu == rec.gpu and r.id == rec.id for r in mig.gpu_instances):
+                raise StateError(f"{where}: duplicate GPU instance id {rec.id} on GPU {rec.gpu}")
+            mig.gpu_instances.append(rec)
+        elif m := _CI_LINE.fullmatch(line):
+            rec = ComputeInstanceRecord(*map(int, m.groups()[:6]), m[7])
+            if not any(r.gpu == rec.gpu and r.id == rec.gi for r in mig.gpu_instances):
+                raise StateError(f"{where}: compute instance of GPU instance {rec.gi}, which does not exist")
+            if any(r.gpu == rec.gpu and r.gi == rec.gi and r.id == rec.id for r in mig.compute_instances):
+                raise StateError(f"{where}: duplicate compute instance id {rec.id}")
+            mig.compute_instances.append(rec)
+        else:
+            raise StateError(f"{where}: malformed line {line!r}")
+    return mig
+
+
+def validate_state_dir(path: str | os.PathLike[str]) -> tuple[list[GpuRecord], MigState]:
+    """Read and check a state directory; raises StateError (one line, naming the file) if it is bad."""
+    p = Path(path)
+    if not p.is_dir():
+        raise StateError(f"{p}: state directory does not exist")
+    if not (p / "lock").is_file():
+        raise StateError(f"{p / 'lock'}: missing: {p} is not a fake-nvml state directory")
+    with locked(p, exclusive=False):
+        gpus = _read_gpus(p)
+        return gpus, _read_mig(p, gpus)
+
+
+def create_state_dir(path: str | os.PathLike[str], boards: Sequence[tuple[str, int]]) -> list[GpuRecord]:
+    """Create a node's state directory with these (board, count) GPUs, MIG off.
+
+    An existing state directory with the same GPU list is kept as it is (its MIG state too); one
+    with other GPUs, or a non-empty directory that is not a state directory, raises StateError."""
+    from fake_gpus.catalog import BOARD_KEYS
+
+    for board, count in boards:
+        if board not in BOARD_KEYS:
+            raise StateError(f"unknown board {board!r}; valid boards: {', '.join(BOARD_KEYS)}")
+        if count < 1:
+            raise StateError(f"board {board}: count must be at least 1")
+    if not boards:
+        raise StateError("no GPUs asked for: give at least one BOARD:COUNT")
+    p = Path(path)
+    wanted = _gpu_records(p, boards)
+    if p.exists() and any(p.iterdir()):
+        gpus, _ = validate_state_dir(p)
+        if [(g.board, g.uuid) for g in gpus] != [(g.board, g.uuid) for g in wanted]:
+            have = ", ".join(sorted({f"{g.board}:{sum(x.board == g.board for x in gpus)}" for g in gpus}))
+            raise StateError(f"{p / 'gpus'}: already holds other GPUs ({have}); reset or pick another directory")
+        return gpus
+    p.mkdir(parents=True, exist_ok=True)
+    (p / "lock").touch()
+    with locked(p, exclusive=True):
+        _write_atomic(p / "mig", format_mig(len(wanted), MigState()))
+        _write_atomic(p / "gpus", _format_gpus(wanted))
+    return wanted
+
+
+def reset_state_dir(path: str | os.PathLike[str]) -> None:
+    """Destroy every GPU and compute instance and turn MIG off on every GPU of the node."""
+    p = Path(path)
+    gpus, _ = validate_state_dir(p)
+    with locked(p, exclusive=True):
+        _write_atomic(p / "mig", format_mig(len(gpus), MigState()))
+
+
+def write_mig_state(path: str | os.PathLike[str], mig: MigState) -> None:
+    """Replace the MIG state of a node (used by tests and tools to set up a layout)."""
+    p = Path(path)
+    gpus, _ = validate_state_dir(p)
+    with locked(p, exclusive=True):
+        _write_atomic(p / "mig", format_mig(len(gpus), mig))
