@@ -1,0 +1,78 @@
+"""The names users' manifests already use with NVIDIA's DRA driver: driver, classes, attributes.
+
+Manifests written against this test bed must work unchanged on NVIDIA's driver, so every name here
+follows that driver (DESIGN.md section 3). Brand and architecture strings are derived from NVML's
+enums the way NVIDIA's go-nvlib spells them, so a publisher needs nothing but NVML.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+DEFAULT_DRIVER = "gpu.nvidia.com"
+DRIVER_ENV = "DRA_TESTBED_DRIVER_NAME"
+
+# NVML_DEVICE_ARCH_* and NVML_BRAND_* values (nvml.h) -> the strings NVIDIA's driver publishes.
+ARCHITECTURE_NAMES = {7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell"}
+BRAND_NAMES = {2: "Tesla", 14: "Nvidia"}
+
+
+@dataclass(frozen=True)
+class DriverIdentity:
+    """The driver name and the DeviceClasses derived from it."""
+
+    driver: str = DEFAULT_DRIVER
+
+    @property
+    def domain(self) -> str:
+        """`nvidia.com` for `gpu.nvidia.com`: the classes share the driver's domain."""
+        return self.driver.split(".", 1)[1] if "." in self.driver else self.driver
+
+    @property
+    def gpu_class(self) -> str:
+        return f"gpu.{self.domain}"
+
+    @property
+    def mig_class(self) -> str:
+        return f"mig.{self.domain}"
+
+    def device_classes(self) -> list[dict]:
+        """DeviceClass objects (resource.k8s.io/v1) selecting whole GPUs and MIG devices."""
+        return [self._device_class(self.gpu_class, "gpu"), self._device_class(self.mig_class, "mig")]
+
+    def _device_class(self, name: str, kind: str) -> dict:
+        expression = f"device.driver == '{self.driver}' && device.attributes['{self.driver}'].type == '{kind}'"
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "dra-testbed"}},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+
+
+def current_identity() -> DriverIdentity:
+    """The identity in force: $DRA_TESTBED_DRIVER_NAME or gpu.nvidia.com."""
+    return DriverIdentity(os.environ.get(DRIVER_ENV) or DEFAULT_DRIVER)
+
+
+def semver(text: str) -> str:
+    """A driver version such as 580.95.05 as a semantic version (580.95.5), as NVIDIA's driver publishes it."""
+    parts = [str(int(p)) for p in text.split(".")[:3]]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def cuda_version(encoded: int) -> str:
+    """NVML's CUDA driver version (13000) as a semantic version (13.0.0)."""
+    return f"{encoded // 1000}.{encoded % 1000 // 10}.0"
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable GPU UUID for GPU `index` of `node`, in NVML's `GPU-<uuid>` form."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"dra-testbed/{node}/gpu/{index}"))
+
+
+def pci_bus_id(index: int) -> str:
+    """The PCI bus id of GPU `index` (the 8-hex-digit domain form NVML returns)."""
+    return f"00000000:{0x18 + 0x10 * index:02X}:00.0"

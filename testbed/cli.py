@@ -1,0 +1,190 @@
+"""The `dra-testbed` command: toolchain, clusters up/down/status/kubeconfig, fake NVML."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from testbed.clusters.base import DEFAULT_NAME, ClusterSpec
+from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
+
+EXIT_USAGE = 2
+BACKENDS = ("kwok",)
+
+
+class UsageError(ValueError):
+    """Bad input from the user: printed as one line, exit code 2, nothing started."""
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"dra-testbed: error: {message}", file=sys.stderr)
+    return code
+
+
+def _minor(text: str) -> str:
+    key = text.removeprefix("v")
+    if key not in RELEASES:
+        raise argparse.ArgumentTypeError(f"unknown Kubernetes minor {text!r}; valid: {', '.join(sorted(RELEASES))}")
+    return key
+
+
+def _binary_override(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
+    name, path = text.split("=", 1)
+    return name, path
+
+
+def _cluster(backend: str, name: str):
+    from testbed.clusters.registry import cluster_for
+
+    return cluster_for(backend, name)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from testbed.clusters.layout import from_flags, load_layout
+
+    if args.layout and args.node:
+        raise UsageError("give either --layout FILE or --node flags, not both")
+    layout = load_layout(args.layout) if args.layout else from_flags(args.node or [])
+    spec = ClusterSpec(name=args.name, k8s=args.k8s, layout=layout, apiserver_port=args.port, binaries=dict(args.binary or []))
+    kubeconfig = _cluster(args.backend, args.name).create(spec, force=args.force)
+    print(kubeconfig)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    cluster = _cluster(args.backend, args.name)
+    if not cluster.exists():
+        print(f"no {args.backend} cluster named {args.name!r}; nothing to do", file=sys.stderr)
+        return 0
+    cluster.delete()
+    print(f"deleted {args.backend} cluster {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    status = _cluster(args.backend, args.name).status()
+    if args.json:
+        print(json.dumps(status.as_dict(), indent=2))
+    else:
+        state = "running" if status.running else "not running"
+        print(f"{status.backend} cluster {status.name}: {state}")
+        if status.running:
+            print(f"  Kubernetes {status.server_version}, {status.nodes} nodes, {status.resource_slices} ResourceSlices")
+        if status.kubeconfig:
+            print(f"  kubeconfig: {status.kubeconfig}")
+        if status.detail:
+            print(f"  {status.detail}")
+    return 0 if status.running else 1
+
+
+def cmd_kubeconfig(args: argparse.Namespace) -> int:
+    print(_cluster(args.backend, args.name).kubeconfig())
+    return 0
+
+
+def cmd_toolchain_ensure(args: argparse.Namespace) -> int:
+    from testbed.toolchain.resolve import ensure
+
+    toolchain = ensure(args.k8s, args.only or None, overrides=dict(args.binary or []),
+                       allow_download=not args.no_download, mirror=args.mirror)
+    for binary in toolchain.binaries.values():
+        print(f"{binary.name}\t{binary.origin}\t{binary.path}")
+    return 0
+
+
+def cmd_toolchain_list(args: argparse.Namespace) -> int:
+    from testbed.toolchain.projects import PROJECTS
+    from testbed.toolchain.store import CachedRelease
+
+    print("minor\tproject\tversion\tstate\torigin\tsize")
+    for minor, release in sorted(RELEASES.items()):
+        for project in PROJECTS.values():
+            version = release.project_version(project.name)
+            slot = CachedRelease.at(project.name, version)
+            manifest = slot.manifest()
+            state = "missing" if manifest is None else ("ok" if not slot.problems() else "damaged")
+            origin = manifest["origin"] if manifest else "-"
+            size = f"{slot.disk_usage() / 2**20:.0f}MiB" if manifest else "-"
+            print(f"{minor}\t{project.name}\t{version}\t{state}\t{origin}\t{size}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dra-testbed", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def cluster_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--backend", choices=BACKENDS, default="kwok", help="cluster backend (default: kwok)")
+        p.add_argument("--name", default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
+
+    up = sub.add_parser("up", help="bring up a cluster with DRA and fake GPU nodes; prints the kubeconfig path last")
+    cluster_args(up)
+    up.add_argument("--k8s", type=_minor, default=DEFAULT_MINOR, help=f"Kubernetes minor (default {DEFAULT_MINOR})")
+    up.add_argument("--layout", help="layout file (see clusters/layouts/)")
+    up.add_argument("--node", action="append", metavar="NAME=BOARD:COUNT:MODE", help="a GPU node; repeatable")
+    up.add_argument("--port", type=int, help="kube-apiserver port (default: a free one)")
+    up.add_argument("--force", action="store_true", help="replace an existing cluster of that name")
+    up.add_argument("--binary", action="append", type=_binary_override, metavar="NAME=PATH", help="use this binary")
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", help="tear a cluster down, leaving nothing behind")
+    cluster_args(down)
+    down.set_defaults(func=cmd_down)
+
+    status = sub.add_parser("status", help="whether a cluster runs and what it holds (exit 1 when not running)")
+    cluster_args(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    kubeconfig = sub.add_parser("kubeconfig", help="print the kubeconfig path of a cluster")
+    cluster_args(kubeconfig)
+    kubeconfig.set_defaults(func=cmd_kubeconfig)
+
+    toolchain = sub.add_parser("toolchain", help="binaries per Kubernetes minor")
+    tsub = toolchain.add_subparsers(dest="toolchain_command", required=True)
+    ensure = tsub.add_parser("ensure", help="make every binary of a minor available (cache, download or build)")
+    ensure.add_argument("--k8s", type=_minor, default=DEFAULT_MINOR)
+    ensure.add_argument("--only", action="append", metavar="BINARY", help="just this binary; repeatable")
+    ensure.add_argument("--binary", action="append", type=_binary_override, metavar="NAME=PATH")
+    ensure.add_argument("--mirror", help="base URL of a mirror of the official release downloads")
+    ensure.add_argument("--no-download", action="store_true", help="never download; build what is not cached")
+    ensure.set_defaults(func=cmd_toolchain_ensure)
+    listing = tsub.add_parser("list", help="what is cached, per minor")
+    listing.set_defaults(func=cmd_toolchain_list)
+
+    try:
+        from fake_gpus.nvml.cli import register as register_fake_nvml
+    except ImportError:
+        pass
+    else:
+        register_fake_nvml(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `dra-testbed`."""
+    from fake_gpus.catalog import CatalogError
+    from fake_gpus.driver.interim_publisher import ModeNotSupportedError
+    from testbed.clusters.base import ClusterError
+    from testbed.errors import UnknownNameError
+    from testbed.clusters.layout import LayoutError
+    from testbed.toolchain.resolve import ToolchainError
+    from testbed.toolchain.versions import UnknownVersionError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, LayoutError, CatalogError, UnknownVersionError, ModeNotSupportedError, UnknownNameError) as exc:
+        return _fail(str(exc))
+    except (ClusterError, ToolchainError) as exc:
+        return _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Clusters behind one interface: backends kwok (simulated nodes), kind and existing (next)."""

@@ -1,0 +1,109 @@
+"""The one cluster interface every backend (kwok, kind, existing) implements, and the spec it starts from."""
+
+from __future__ import annotations
+
+import abc
+import json
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kubernetes import client, config
+
+from testbed.cachedir import state_root
+from testbed.clusters.layout import Layout
+from testbed.toolchain.versions import DEFAULT_MINOR
+
+DEFAULT_NAME = "dra-testbed"
+
+
+class ClusterError(RuntimeError):
+    """A cluster could not be created, found or removed; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to bring up: a named cluster of one Kubernetes minor with a layout of GPU nodes."""
+
+    name: str = DEFAULT_NAME
+    k8s: str = DEFAULT_MINOR
+    layout: Layout | None = None
+    apiserver_port: int | None = None
+    binaries: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What `status` reports."""
+
+    name: str
+    backend: str
+    running: bool
+    kubeconfig: Path | None
+    server_version: str | None = None
+    nodes: int = 0
+    resource_slices: int = 0
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["kubeconfig"] = str(self.kubeconfig) if self.kubeconfig else None
+        return data
+
+
+class Cluster(abc.ABC):
+    """A test-bed cluster. Backends differ in how nodes exist; tests see only this interface."""
+
+    backend: str = ""
+
+    def __init__(self, name: str = DEFAULT_NAME) -> None:
+        self.name = name
+
+    @property
+    def home(self) -> Path:
+        """This cluster's own directory of state (spec, kubeconfig, logs)."""
+        return state_root() / "clusters" / self.backend / self.name
+
+    @abc.abstractmethod
+    def create(self, spec: ClusterSpec, force: bool = False) -> Path:
+        """Bring the cluster up with its GPU nodes and slices published; returns the kubeconfig path."""
+
+    @abc.abstractmethod
+    def delete(self) -> None:
+        """Tear the cluster down, leaving no process, port or file behind."""
+
+    @abc.abstractmethod
+    def exists(self) -> bool:
+        """Whether a cluster of this name is known to this backend."""
+
+    @abc.abstractmethod
+    def status(self) -> ClusterStatus:
+        """Whether it runs, and what it holds."""
+
+    def kubeconfig(self) -> Path:
+        """Path of the kubeconfig for this cluster."""
+        path = self.home / "kubeconfig"
+        if not path.is_file():
+            raise ClusterError(f"no {self.backend} cluster named {self.name!r}; bring one up with `dra-testbed up --name {self.name}`")
+        return path
+
+    def api_client(self) -> client.ApiClient:
+        """A Kubernetes API client for this cluster."""
+        return config.new_client_from_config(config_file=str(self.kubeconfig()))
+
+    def saved_spec(self) -> dict | None:
+        """The spec this cluster was created with, as recorded at `up`."""
+        try:
+            return json.loads((self.home / "spec.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,40 @@
+"""Feature gates and served API versions per Kubernetes minor, so every DRA feature the suites use is on.
+
+Read off pkg/features/kube_features.go of each pinned release: gates that are GA and locked are left
+alone (setting a locked gate is a warning today and an error once the gate is removed).
+"""
+
+from __future__ import annotations
+
+from testbed.toolchain.versions import release_for
+
+# minor -> gates to switch on explicitly (off by default, or beta and worth pinning on)
+FEATURE_GATES: dict[str, tuple[str, ...]] = {
+    # 1.34: partitionable devices, taints, consumable capacity are alpha (default off)
+    "1.34": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity"),
+    # 1.35: the same three still alpha; DRADeviceTaintRules split off as its own alpha gate
+    "1.35": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRADeviceTaintRules"),
+    # 1.36: beta and on by default except DRADeviceTaintRules (beta, default off)
+    "1.36": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRADeviceTaintRules"),
+    # 1.37: partitionable devices and consumable capacity still beta; taints GA
+    "1.37": ("DRAPartitionableDevices", "DRAConsumableCapacity"),
+}
+
+# Every pinned minor registers these resource.k8s.io versions; only v1 is served by default.
+RESOURCE_API_VERSIONS = ("v1beta1", "v1beta2", "v1alpha3")
+
+
+def feature_gates(minor: str) -> dict[str, bool]:
+    """Gates to pass to apiserver, controller-manager, scheduler and kubelet of `minor`."""
+    return {gate: True for gate in FEATURE_GATES[release_for(minor).minor]}
+
+
+def runtime_config(minor: str) -> dict[str, bool]:
+    """--runtime-config entries for the apiserver of `minor`."""
+    release_for(minor)
+    return {f"resource.k8s.io/{version}": True for version in RESOURCE_API_VERSIONS}
+
+
+def as_flag(values: dict[str, bool]) -> str:
+    """`A=true,B=false` as component flags take it."""
+    return ",".join(f"{key}={'true' if on else 'false'}" for key, on in values.items())

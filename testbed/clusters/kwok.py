@@ -1,0 +1,273 @@
+"""KWOK backend: a real etcd, apiserver, controller-manager and scheduler run by kwokctl's binary
+runtime from local binaries, with simulated GPU nodes and their ResourceSlices."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fake_gpus.catalog import get_board
+from fake_gpus.driver import interim_publisher
+from fake_gpus.driver.identity import current_identity
+from testbed import progress
+from testbed.cachedir import state_root
+from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
+from testbed.clusters.features import as_flag, feature_gates, runtime_config
+from testbed.clusters.layout import Layout, NodeSpec
+from testbed.templates import render_template
+from testbed.toolchain.resolve import ensure
+from testbed.toolchain.versions import release_for
+
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl")
+READY_TIMEOUT = 180.0
+
+
+def kwok_workdir() -> Path:
+    """KWOK_WORKDIR for every kwokctl call of ours, so we never touch ~/.kwok or ~/.kube/config."""
+    return state_root() / "kwok"
+
+
+def node_object(node: NodeSpec) -> dict:
+    """The Node a KWOK controller will keep Ready: labelled with its board so tests can find it."""
+    board = get_board(node.board)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            # kwokctl's controller manages nodes carrying this annotation
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": node.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "dra-testbed.io/board": node.board,
+                "dra-testbed.io/gpu-count": str(node.count),
+                "dra-testbed.io/mode": node.mode.kind,
+                "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
+            },
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110"},
+            "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110"},
+        },
+    }
+
+
+class KwokCluster(Cluster):
+    """A cluster of simulated GPU nodes on a real control plane."""
+
+    backend = "kwok"
+
+    def _kwokctl(self, kwokctl: Path, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = dict(os.environ, KWOK_WORKDIR=str(kwok_workdir()))
+        out = subprocess.run([str(kwokctl), *args, "--name", self.name], env=env, capture_output=True, text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            log = self.home / "kwokctl.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(out.stdout + out.stderr)
+            last = (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:] or ["no output"]
+            verb = " ".join(a for a in args[:4] if not a.startswith("-") and "/" not in a)
+            raise ClusterError(f"kwokctl {verb} failed: {last[0]} (log: {log})")
+        return out
+
+    @property
+    def kwok_dir(self) -> Path:
+        """kwokctl's own directory for this cluster (pids, logs, configs)."""
+        return kwok_workdir() / "clusters" / self.name
+
+    def exists(self) -> bool:
+        return self.home.exists() or self.kwok_dir.exists()
+
+    def pids(self) -> dict[str, int]:
+        """Process ids kwokctl recorded for this cluster's components."""
+        found = {}
+        for pid_file in (self.kwok_dir / "pids").glob("*.pid"):
+            try:
+                found[pid_file.stem] = int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def ports(self) -> list[int]:
+        """TCP ports this cluster's components listen on, as kwokctl configured them."""
+        try:
+            docs = list(yaml.safe_load_all((self.kwok_dir / "kwok.yaml").read_text()))
+        except (OSError, yaml.YAMLError):
+            return []
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration":
+                opts = doc.get("options") or {}
+                return sorted({v for k, v in opts.items() if k.endswith("Port") and type(v) is int and v > 0})
+        return []
+
+    def create(self, spec: ClusterSpec, force: bool = False) -> Path:
+        if spec.layout is None:
+            raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
+        interim_publisher.check_layout(spec.layout)
+        release = release_for(spec.k8s)
+        if self.exists():
+            if not force:
+                raise ClusterError(
+                    f"a kwok cluster named {self.name!r} already exists; use another --name, "
+                    f"`dra-testbed down --name {self.name}`, or --force to replace it"
+                )
+            progress.note(f"replacing the existing cluster {self.name!r} (--force)")
+            self.delete()
+        if spec.apiserver_port and not port_is_free(spec.apiserver_port):
+            raise ClusterError(f"port {spec.apiserver_port} is busy; choose a free --port or leave it out for a random one")
+        toolchain = ensure(release.minor, BINARIES, overrides=spec.binaries)
+        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
+                self._start_control_plane(toolchain, spec)
+            kubeconfig = self._write_kubeconfig(toolchain.path("kwokctl"))
+            with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices"):
+                api = self.api_client()
+                try:
+                    self.add_nodes(api, spec.layout)
+                    interim_publisher.publish(api, spec.layout, current_identity())
+                    self.wait_schedulable(api, spec.layout)
+                finally:
+                    api.close()
+            record = {"backend": self.backend, "name": self.name, "k8s": release.minor, "kubernetes": release.kubernetes,
+                      "layout": [dict(asdict(n), mode=str(n.mode)) for n in spec.layout.nodes],
+                      "binaries": {b.name: str(b.path) for b in toolchain.binaries.values()}}
+            (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+            return kubeconfig
+        except BaseException:
+            progress.note(f"[red]up failed; removing the partial cluster {self.name!r}[/red]")
+            self._teardown(toolchain.path("kwokctl"))
+            raise
+
+    def _start_control_plane(self, toolchain, spec: ClusterSpec) -> None:
+        release = release_for(spec.k8s)
+        config = self.home / "kwokctl.yaml"
+        config.write_text(render_template(
+            "kwokctl.yaml.j2",
+            kube_version=release.kubernetes.removeprefix("v"),
+            etcd_version=release.etcd.removeprefix("v"),
+            binaries={b.name: str(b.path) for b in toolchain.binaries.values()},
+            feature_gates=as_flag(feature_gates(spec.k8s)),
+            runtime_config=as_flag(runtime_config(spec.k8s)),
+            apiserver_port=spec.apiserver_port,
+        ))
+        self._kwokctl(toolchain.path("kwokctl"), "--config", str(config), "create", "cluster", "--kubeconfig", "",
+                      "--wait", f"{int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 60)
+
+    def _write_kubeconfig(self, kwokctl: Path) -> Path:
+        out = self._kwokctl(kwokctl, "get", "kubeconfig")
+        path = self.home / "kubeconfig"
+        path.write_text(out.stdout)
+        path.chmod(0o600)
+        return path
+
+    def add_nodes(self, api: client.ApiClient, layout: Layout) -> None:
+        """Create the layout's Node objects (the KWOK controller then keeps them Ready)."""
+        core = client.CoreV1Api(api)
+        for node in layout.nodes:
+            try:
+                core.create_node(body=node_object(node))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def wait_schedulable(self, api: client.ApiClient, layout: Layout, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until every layout node is Ready and has its slice, and the default service account exists."""
+        core = client.CoreV1Api(api)
+        resource = client.ResourceV1Api(api)
+        deadline = time.monotonic() + timeout
+        wanted = {n.name for n in layout.nodes}
+        while True:
+            nodes = core.list_node().items
+            ready = {n.metadata.name for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))}
+            sliced = {s.spec.node_name for s in resource.list_resource_slice().items}
+            accounts = core.list_namespaced_service_account("default").items
+            if wanted <= ready and wanted <= sliced and accounts:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices {sorted(sliced)}")
+            time.sleep(0.2)
+
+    def delete(self) -> None:
+        kwokctl = self._kwokctl_path()
+        self._teardown(kwokctl)
+
+    def _kwokctl_path(self) -> Path | None:
+        record = self.saved_spec()
+        if record and Path(record["binaries"].get("kwokctl", "")).is_file():
+            return Path(record["binaries"]["kwokctl"])
+        try:
+            return ensure(release_for((record or {}).get("k8s", "1.34")).minor, ["kwokctl"], allow_build=False).path("kwokctl")
+        except Exception:  # noqa: BLE001 - teardown falls back to killing recorded processes
+            return None
+
+    def _teardown(self, kwokctl: Path | None) -> None:
+        """Stop every component, then remove kwokctl's and our directories; kill what kwokctl missed."""
+        pids = self.pids()
+        if kwokctl is not None and self.kwok_dir.exists():
+            self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", "", check=False)
+        for pid in pids.values():
+            _kill(pid)
+        shutil.rmtree(self.kwok_dir, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def status(self) -> ClusterStatus:
+        if not self.exists():
+            return ClusterStatus(self.name, self.backend, False, None, detail="no such cluster")
+        kubeconfig = self.home / "kubeconfig"
+        alive = {name: pid for name, pid in self.pids().items() if _alive(pid)}
+        try:
+            api = self.api_client()
+            try:
+                version = client.VersionApi(api).get_code().git_version
+                nodes = len(client.CoreV1Api(api).list_node().items)
+                slices = len(client.ResourceV1Api(api).list_resource_slice().items)
+            finally:
+                api.close()
+        except Exception as exc:  # noqa: BLE001 - any failure to talk means "not running"
+            return ClusterStatus(self.name, self.backend, False, kubeconfig if kubeconfig.exists() else None,
+                                 detail=f"apiserver unreachable ({type(exc).__name__}); live components: {', '.join(sorted(alive)) or 'none'}")
+        return ClusterStatus(self.name, self.backend, True, kubeconfig, version, nodes, slices,
+                             detail=f"components: {', '.join(sorted(alive))}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds, a process that is still alive."""
+    if not _alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

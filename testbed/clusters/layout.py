@@ -1,0 +1,164 @@
+"""Cluster layouts: which nodes carry which boards, how many, in which MIG mode.
+
+A layout comes from a YAML file in `clusters/layouts/` or from `--node NAME=BOARD:COUNT:MODE` flags.
+Every problem is reported as one line naming what was wrong and what is valid.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from fake_gpus.catalog import BOARD_KEYS
+
+MODES = ("whole", "static-mig:<layout>", "dynamic-mig")
+NODE_KEYS = ("name", "board", "count", "mode", "replicas")
+LAYOUT_KEYS = ("name", "description", "nodes")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class LayoutError(ValueError):
+    """A layout that cannot be built; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a node's GPUs are offered: whole GPUs, a fixed MIG layout, or partitionable (dynamic MIG)."""
+
+    kind: str  # "whole" | "static-mig" | "dynamic-mig"
+    mig_layout: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of a layout."""
+
+    name: str
+    board: str
+    count: int
+    mode: Mode
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The nodes of a cluster."""
+
+    nodes: tuple[NodeSpec, ...]
+    name: str = "custom"
+
+    def node(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+
+def parse_mode(text: str, where: str) -> Mode:
+    """`whole`, `static-mig:<layout>` or `dynamic-mig`."""
+    if text == "whole":
+        return Mode("whole")
+    if text == "dynamic-mig":
+        return Mode("dynamic-mig")
+    if text.startswith("static-mig:") and text.removeprefix("static-mig:"):
+        return Mode("static-mig", text.removeprefix("static-mig:"))
+    raise LayoutError(f"{where}: unknown mode {text!r}; valid modes: {', '.join(MODES)}")
+
+
+def _board(text: str, where: str) -> str:
+    if text not in BOARD_KEYS:
+        raise LayoutError(f"{where}: unknown board {text!r}; valid boards: {', '.join(BOARD_KEYS)}")
+    return text
+
+
+def _count(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
+        raise LayoutError(f"{where}: count {value!r} is not a whole number; valid: 1 to 8")
+    count = int(value)
+    if not 1 <= count <= 8:
+        raise LayoutError(f"{where}: count {count} is out of range; valid: 1 to 8 GPUs per node")
+    return count
+
+
+def _name(text: str, where: str) -> str:
+    if not isinstance(text, str) or not _NODE_NAME.match(text) or len(text) > 63:
+        raise LayoutError(f"{where}: node name {text!r} is not a valid DNS label (lower-case letters, digits, '-')")
+    return text
+
+
+def parse_node_flag(flag: str) -> NodeSpec:
+    """A `--node NAME=BOARD:COUNT:MODE` flag (MODE defaults to whole)."""
+    where = f"--node {flag}"
+    if "=" not in flag:
+        raise LayoutError(f"{where}: expected NAME=BOARD:COUNT:MODE, e.g. gpu-0=h100-80gb:8:whole")
+    name, rest = flag.split("=", 1)
+    parts = rest.split(":", 2)
+    if len(parts) < 2:
+        raise LayoutError(f"{where}: expected NAME=BOARD:COUNT:MODE, e.g. gpu-0=h100-80gb:8:whole")
+    board, count = parts[0], parts[1]
+    mode = parts[2] if len(parts) == 3 else "whole"
+    return NodeSpec(_name(name, where), _board(board, where), _count(count, where), parse_mode(mode, where))
+
+
+def _check_unique(nodes: list[NodeSpec], where: str) -> None:
+    seen: set[str] = set()
+    for node in nodes:
+        if node.name in seen:
+            raise LayoutError(f"{where}: node name {node.name!r} is used twice; each node needs its own name")
+        seen.add(node.name)
+
+
+def from_flags(flags: list[str]) -> Layout:
+    """A layout from `--node` flags."""
+    if not flags:
+        raise LayoutError("no nodes: give --layout FILE or at least one --node NAME=BOARD:COUNT:MODE")
+    nodes = [parse_node_flag(f) for f in flags]
+    _check_unique(nodes, "--node")
+    return Layout(tuple(nodes))
+
+
+def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
+    if not isinstance(entry, dict):
+        raise LayoutError(f"{where}: expected a mapping with keys {', '.join(NODE_KEYS)}")
+    unknown = sorted(set(entry) - set(NODE_KEYS))
+    if unknown:
+        raise LayoutError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(NODE_KEYS)}")
+    for key in ("name", "board", "count"):
+        if key not in entry:
+            raise LayoutError(f"{where}: missing key {key!r}; required: name, board, count")
+    board = _board(str(entry["board"]), where)
+    count = _count(entry["count"], where)
+    mode = parse_mode(str(entry.get("mode", "whole")), where)
+    replicas = entry.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise LayoutError(f"{where}: replicas {replicas!r} must be a whole number >= 1")
+    base = str(entry["name"])
+    if replicas == 1:
+        return [NodeSpec(_name(base, where), board, count, mode)]
+    return [NodeSpec(_name(f"{base}-{i}", where), board, count, mode) for i in range(replicas)]
+
+
+def load_layout(path: str | Path) -> Layout:
+    """A layout from a YAML file: `nodes: [{name, board, count, mode, replicas}]`."""
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text())
+    except OSError as exc:
+        raise LayoutError(f"cannot read layout {file}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise LayoutError(f"layout {file} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(data, dict):
+        raise LayoutError(f"layout {file}: expected a mapping with keys {', '.join(LAYOUT_KEYS)}")
+    unknown = sorted(set(data) - set(LAYOUT_KEYS))
+    if unknown:
+        raise LayoutError(f"layout {file}: unknown key {unknown[0]!r}; valid keys: {', '.join(LAYOUT_KEYS)}")
+    entries = data.get("nodes")
+    if not isinstance(entries, list) or not entries:
+        raise LayoutError(f"layout {file}: 'nodes' must be a non-empty list")
+    nodes: list[NodeSpec] = []
+    for index, entry in enumerate(entries):
+        nodes += _nodes_of_entry(entry, f"layout {file} node {index + 1}")
+    _check_unique(nodes, f"layout {file}")
+    return Layout(tuple(nodes), name=str(data.get("name", file.stem)))

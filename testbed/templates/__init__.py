@@ -1,0 +1,18 @@
+"""Jinja2 templates for generated configuration files (kwokctl, kind, ...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+)
+
+
+def render_template(name: str, **values: object) -> str:
+    """Render the template `name` of this package; a missing value is an error, not an empty string."""
+    return _ENV.get_template(name).render(**values)

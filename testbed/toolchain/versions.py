@@ -1,0 +1,54 @@
+"""Which release of each project goes with each supported Kubernetes minor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MINOR = "1.34"
+
+
+class UnknownVersionError(ValueError):
+    """A Kubernetes minor the test bed does not support."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Pinned versions of everything a cluster of one Kubernetes minor needs."""
+
+    minor: str
+    kubernetes: str  # patch release of k8s.io/kubernetes, e.g. "v1.34.4"
+    etcd: str  # etcd 3.6 patch release that kubeadm pairs with this minor
+    kwok: str
+    kind: str
+
+    @property
+    def staging(self) -> str:
+        """Version of the published k8s.io/* staging modules, e.g. "v0.34.4"."""
+        return "v0." + self.kubernetes.removeprefix("v1.")
+
+    def project_version(self, project: str) -> str:
+        """The pinned version of `kubernetes`, `etcd`, `kwok` or `kind`."""
+        return {"kubernetes": self.kubernetes, "etcd": self.etcd, "kwok": self.kwok, "kind": self.kind}[project]
+
+
+# Patch releases are the newest that the Go module proxy serves for each minor; etcd follows
+# kubeadm's pairing; kind v0.30.0 is the first kind that defaults to a 1.34 node image.
+RELEASES: dict[str, Release] = {
+    r.minor: r
+    for r in (
+        Release("1.34", "v1.34.4", "v3.6.5", "v0.8.0", "v0.30.0"),
+        Release("1.35", "v1.35.4", "v3.6.5", "v0.8.0", "v0.32.0"),
+        Release("1.36", "v1.36.3", "v3.6.8", "v0.8.0", "v0.33.0"),
+        Release("1.37", "v1.37.2", "v3.6.8", "v0.8.0", "v0.33.0"),
+    )
+}
+
+
+def release_for(minor: str) -> Release:
+    """The pinned release for a Kubernetes minor such as "1.34" (a leading "v" is accepted)."""
+    key = minor.removeprefix("v")
+    if key not in RELEASES:
+        raise UnknownVersionError(
+            f"unknown Kubernetes minor {minor!r}; valid: {', '.join(sorted(RELEASES))}"
+        )
+    return RELEASES[key]
