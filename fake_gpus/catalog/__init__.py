@@ -17,6 +17,13 @@ File layout (one mapping per board)::
         compute_instance_profiles:
           - name, nvml_profile, id, slice_count, multiprocessors
             sources: {...}                   same rule as above
+    mig_layouts:                             optional named layouts
+      layouts: {name: {profile: count}}
+      sources: {default | name: citation}
+
+Counts a public source did not give (some Blackwell rows) are ``None`` in the
+dataclasses: callers that need every number should check
+``GpuInstanceProfile.complete`` or ``Board.unknown_facts()``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -42,6 +49,7 @@ __all__ = [
     "get_board",
     "load_board_file",
     "load_catalog",
+    "layout_fits",
     "max_disjoint_placements",
 ]
 
@@ -74,7 +82,7 @@ class ComputeInstanceProfile:
     id: int  # info.id as NVML reports it
     name: str  # e.g. "1c.3g.40gb"
     slice_count: int
-    multiprocessors: int
+    multiprocessors: int | None  # None: no public source gave it
 
 
 @dataclass(frozen=True)
@@ -84,13 +92,15 @@ class GpuInstanceProfile:
     name: str  # "1g.10gb"
     slice_count: int  # compute slices (info.sliceCount)
     memory_slices: int  # placement size over the board's memory slices
-    memory_mib: int  # info.memorySizeMB
-    multiprocessors: int
-    copy_engines: int
-    decoders: int
-    encoders: int
-    jpeg_engines: int
-    ofa_engines: int
+    # The counts below are None only where no public source gave them
+    # (see the board file's sources); every H100/H200 value is known.
+    memory_mib: int | None  # info.memorySizeMB
+    multiprocessors: int | None
+    copy_engines: int | None
+    decoders: int | None
+    encoders: int | None
+    jpeg_engines: int | None
+    ofa_engines: int | None
     max_instances: int  # info.instanceCount
     placements: tuple[int, ...]  # possible placement starts
     compute_instance_profiles: tuple[ComputeInstanceProfile, ...]
@@ -98,6 +108,14 @@ class GpuInstanceProfile:
     # Why max_instances is below what the placements could hold (e.g. a single
     # set of media engines); None when they agree.
     instance_limit_reason: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when every count of this profile and its CIs is known."""
+        counts = (self.memory_mib, self.multiprocessors, self.copy_engines, self.decoders,
+                  self.encoders, self.jpeg_engines, self.ofa_engines)
+        cis = (c.multiprocessors for c in self.compute_instance_profiles)
+        return None not in counts and None not in cis
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,12 @@ class Board:
     # attributes (go-nvlib's spelling of the NVML enums, e.g. "Nvidia").
     dra_brand: str = ""
     dra_architecture: str = ""
+    # Named MIG layouts (e.g. gpu-operator's "all-balanced"): name -> {profile: count}.
+    mig_layouts: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def unknown_facts(self) -> tuple[str, ...]:
+        """Fact paths whose value no public source gave."""
+        return tuple(path for path, src in self.sources.items() if src.startswith(UNKNOWN))
 
     def profile(self, name: str) -> GpuInstanceProfile:
         """The GPU-instance profile called ``name``; CatalogError if absent."""
@@ -177,13 +201,13 @@ _GI_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "id": ((int,), False),
     "slice_count": ((int,), False),
     "memory_slices": ((int,), False),
-    "memory_mib": ((int,), False),
-    "multiprocessors": ((int,), False),
-    "copy_engines": ((int,), False),
-    "decoders": ((int,), False),
-    "encoders": ((int,), False),
-    "jpeg_engines": ((int,), False),
-    "ofa_engines": ((int,), False),
+    "memory_mib": ((int,), True),
+    "multiprocessors": ((int,), True),
+    "copy_engines": ((int,), True),
+    "decoders": ((int,), True),
+    "encoders": ((int,), True),
+    "jpeg_engines": ((int,), True),
+    "ofa_engines": ((int,), True),
     "max_instances": ((int,), False),
     "placements": ((list,), False),
     "p2p_supported": ((bool,), False),
@@ -196,7 +220,7 @@ _CI_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "nvml_profile": ((int,), False),
     "id": ((int,), False),
     "slice_count": ((int,), False),
-    "multiprocessors": ((int,), False),
+    "multiprocessors": ((int,), True),
 }
 
 _GI_NAME = re.compile(r"^(?P<g>[1-8])g\.(?P<gb>\d+)gb(?P<suffix>[+-][a-z.,]+)?$")
@@ -331,8 +355,12 @@ def _parse_ci(ctx: _Ctx, key: str, raw: Any, gi_name: str, gi: Mapping[str, Any]
     expected = gi_name if slices == gi["slice_count"] else f"{slices}c.{gi_name}"
     if name != expected:
         raise ctx.fail(f"{key}.name", f"is {name!r} for {slices} of {gi['slice_count']} slices", repr(expected))
-    if raw["multiprocessors"] > gi["multiprocessors"]:
-        raise ctx.fail(f"{key}.multiprocessors", f"is {raw['multiprocessors']}", f"<= {gi['multiprocessors']} (the GPU instance's)")
+    sms, gi_sms = raw["multiprocessors"], gi["multiprocessors"]
+    if sms is not None and gi_sms is not None and sms > gi_sms:
+        raise ctx.fail(f"{key}.multiprocessors", f"is {sms}", f"<= {gi_sms} (the GPU instance's)")
+    # The CI spanning the whole GI has exactly the GI's SMs.
+    if slices == gi["slice_count"] and sms != gi_sms:
+        raise ctx.fail(f"{key}.multiprocessors", f"is {sms} for the CI spanning the whole GI", f"the GI's {gi_sms}")
     return ComputeInstanceProfile(
         nvml_profile=raw["nvml_profile"], id=raw["id"], name=name, slice_count=slices, multiprocessors=raw["multiprocessors"]
     )
@@ -354,11 +382,14 @@ def _parse_gi(ctx: _Ctx, index: int, raw: Any, board: Mapping[str, Any], sources
     _collect_facts(ctx, key, raw, {**_GI_FIELDS, "name": ((str,), False)}, path, sources, _GI_OPTIONAL)
     if raw["slice_count"] != int(m["g"]) or raw["slice_count"] > COMPUTE_SLICES:
         raise ctx.fail(f"{key}.slice_count", f"is {raw['slice_count']} for a '{m['g']}g' profile", m["g"])
-    if raw["memory_mib"] > board["memory_mib"]:
-        raise ctx.fail(f"{key}.memory_mib", f"is {raw['memory_mib']}", f"<= the board's {board['memory_mib']} MiB")
-    if raw["multiprocessors"] > board["multiprocessors"]:
-        raise ctx.fail(f"{key}.multiprocessors", f"is {raw['multiprocessors']}", f"<= the board's {board['multiprocessors']}")
     placements = _check_placements(ctx, key, raw, board["memory_slices"])
+    mem, share = raw["memory_mib"], board["memory_mib"] * raw["memory_slices"] // board["memory_slices"]
+    # A profile gets at most its memory slices' share of the board (real tables stay just below it).
+    if mem is not None and not 0 < mem <= share:
+        raise ctx.fail(f"{key}.memory_mib", f"is {mem}", f"1..{share} ({raw['memory_slices']}/{board['memory_slices']} of {board['memory_mib']} MiB)")
+    sms = raw["multiprocessors"]
+    if sms is not None and not 0 < sms <= board["multiprocessors"]:
+        raise ctx.fail(f"{key}.multiprocessors", f"is {sms}", f"1..{board['multiprocessors']} (the board's SMs)")
     cis_raw = raw.get("compute_instance_profiles")
     if not isinstance(cis_raw, list) or not cis_raw:
         raise ctx.fail(f"{key}.compute_instance_profiles", "is missing or empty", "a list with at least the CI spanning the whole GI")
@@ -423,6 +454,64 @@ def _check_board_facts(ctx: _Ctx, raw: Mapping[str, Any]) -> None:
         raise ctx.fail("cuda_driver_version", f"is {cuda}", "major*1000 + minor*10, e.g. 13000")
 
 
+def layout_fits(profiles: tuple[GpuInstanceProfile, ...], counts: Mapping[str, int]) -> bool:
+    """Can ``counts`` instances of the named profiles coexist on one GPU?
+
+    They must take disjoint memory slices at real placements, stay within each
+    profile's instance limit and within the 7 compute slices.
+    """
+    by_name = {p.name: p for p in profiles}
+    unknown = sorted(set(counts) - set(by_name))
+    if unknown:
+        raise CatalogError(f"unknown MIG profiles {unknown}; valid profiles: {', '.join(by_name)}")
+    wanted = [by_name[n] for n, c in counts.items() for _ in range(c)]
+    if any(counts[p.name] > p.max_instances for p in wanted):
+        return False
+    if sum(p.slice_count for p in wanted) > COMPUTE_SLICES:
+        return False
+    # Biggest first keeps the search tiny: at most 7 instances over 8 slices.
+    wanted.sort(key=lambda p: -p.memory_slices)
+    return _place(wanted, 0)
+
+
+def _place(wanted: list[GpuInstanceProfile], used: int) -> bool:
+    if not wanted:
+        return True
+    head, rest = wanted[0], wanted[1:]
+    for start in head.placements:
+        mask = ((1 << head.memory_slices) - 1) << start
+        if not used & mask and _place(rest, used | mask):
+            return True
+    return False
+
+
+def _parse_layouts(ctx: _Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sources: dict[str, str]) -> Mapping[str, Mapping[str, int]]:
+    if raw is None:
+        return MappingProxyType({})
+    if not isinstance(raw, dict) or not isinstance(raw.get("layouts"), dict):
+        raise ctx.fail("mig_layouts", f"is {raw!r:.40}", "a mapping with 'layouts: {name: {profile: count}}' and 'sources'")
+    srcs = _sources_of(ctx, "mig_layouts", raw)
+    names = {g.name for g in gis}
+    out: dict[str, Mapping[str, int]] = {}
+    for name, counts in raw["layouts"].items():
+        key = f"mig_layouts.{name}"
+        if not isinstance(counts, dict) or not counts:
+            raise ctx.fail(key, f"is {counts!r:.40}", "a mapping of profile name -> instance count")
+        for prof, n in counts.items():
+            if prof not in names:
+                raise ctx.fail(key, f"names unknown profile {prof!r}", ", ".join(sorted(names)))
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ctx.fail(f"{key}.{prof}", f"is {n!r}", "a positive integer")
+        if not layout_fits(gis, counts):
+            raise ctx.fail(key, f"{counts} cannot be placed on one GPU", "counts whose placements fit disjointly in 8 memory slices and 7 compute slices")
+        citation = srcs.get(name, srcs.get(DEFAULT_SOURCE))
+        if not citation:
+            raise ctx.fail(f"mig_layouts.sources.{name}", "has no citation", f"a citation under sources.{name} or sources.{DEFAULT_SOURCE}")
+        sources[key] = citation
+        out[name] = MappingProxyType(dict(counts))
+    return MappingProxyType(out)
+
+
 def load_board_file(file: Path) -> Board:
     """Parse and validate one board file."""
     file = Path(file)
@@ -453,6 +542,7 @@ def load_board_file(file: Path) -> Board:
     _unique(ctx, "gpu_instance_profiles", "name", [g.name for g in gis])
     _unique(ctx, "gpu_instance_profiles", "id", [g.id for g in gis])
     _unique(ctx, "gpu_instance_profiles", "nvml_profile", [g.nvml_profile for g in gis])
+    layouts = _parse_layouts(ctx, raw.get("mig_layouts"), gis, sources)
     cc = raw["cuda_compute_capability"]
     return Board(
         key=key,
@@ -478,6 +568,7 @@ def load_board_file(file: Path) -> Board:
         sources=MappingProxyType(sources),
         dra_brand=raw["dra_brand"],
         dra_architecture=raw["dra_architecture"],
+        mig_layouts=layouts,
     )
 
 
