@@ -72,15 +72,21 @@ class MigState:
     compute_instances: list[ComputeInstanceRecord] = field(default_factory=list)
 
 
+def board_keys() -> tuple[str, ...]:
+    """Keys of the catalog boards the library is built with."""
+    from fake_gpus.nvml.build import catalog_boards
+
+    return tuple(b.key for b in catalog_boards())
+
+
 def parse_gpu_spec(text: str) -> tuple[str, int]:
     """"h100-80gb:8" -> ("h100-80gb", 8); raises StateError naming the valid boards."""
-    from fake_gpus.catalog import BOARD_KEYS
-
+    keys = board_keys()
     board, sep, count = text.partition(":")
     if not sep or not count.strip().isdigit():
-        raise StateError(f"--gpus {text!r}: expected BOARD:COUNT, e.g. {BOARD_KEYS[0]}:8")
-    if board not in BOARD_KEYS:
-        raise StateError(f"--gpus {text!r}: unknown board {board!r}; valid boards: {', '.join(BOARD_KEYS)}")
+        raise StateError(f"--gpus {text!r}: expected BOARD:COUNT, e.g. {keys[0]}:8")
+    if board not in keys:
+        raise StateError(f"--gpus {text!r}: unknown board {board!r}; valid boards: {', '.join(keys)}")
     n = int(count)
     if n < 1:
         raise StateError(f"--gpus {text!r}: count must be at least 1")
@@ -142,8 +148,7 @@ def locked(path: Path, exclusive: bool) -> Iterator[None]:
 
 
 def _read_gpus(path: Path) -> list[GpuRecord]:
-    from fake_gpus.catalog import BOARD_KEYS
-
+    keys = board_keys()
     f = path / "gpus"
     if not f.is_file():
         raise StateError(f"{f}: missing: {path} is not a fake-nvml state directory")
@@ -162,8 +167,8 @@ def _read_gpus(path: Path) -> list[GpuRecord]:
         index, board = int(m[1]), m[2]
         if index != len(records):
             raise StateError(f"{f}:{n}: GPU index {index} out of order (want {len(records)})")
-        if board not in BOARD_KEYS:
-            raise StateError(f"{f}:{n}: unknown board {board!r}; valid boards: {', '.join(BOARD_KEYS)}")
+        if board not in keys:
+            raise StateError(f"{f}:{n}: unknown board {board!r}; valid boards: {', '.join(keys)}")
         records.append(GpuRecord(index, board, int(m[3]), m[4], m[5], m[6]))
     if not records:
         raise StateError(f"{f}: lists no GPU")
@@ -231,11 +236,10 @@ def create_state_dir(path: str | os.PathLike[str], boards: Sequence[tuple[str, i
 
     An existing state directory with the same GPU list is kept as it is (its MIG state too); one
     with other GPUs, or a non-empty directory that is not a state directory, raises StateError."""
-    from fake_gpus.catalog import BOARD_KEYS
-
+    keys = board_keys()
     for board, count in boards:
-        if board not in BOARD_KEYS:
-            raise StateError(f"unknown board {board!r}; valid boards: {', '.join(BOARD_KEYS)}")
+        if board not in keys:
+            raise StateError(f"unknown board {board!r}; valid boards: {', '.join(keys)}")
         if count < 1:
             raise StateError(f"board {board}: count must be at least 1")
     if not boards:

@@ -23,6 +23,7 @@ typedef struct {
     unsigned long long memory_mib;
     unsigned multiprocessors, copy_engines, decoders, encoders, jpeg_engines, ofa_engines;
     unsigned max_instances;
+    unsigned p2p_supported;
     unsigned n_placements;
     unsigned placements[FK_MAX_PLACEMENTS]; /* start memory slice of each placement */
     unsigned n_ci;

@@ -133,7 +133,7 @@ FK_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mo
 /* ---------------------------------------------------------------- GPU-instance profiles */
 
 typedef struct {
-    unsigned id, slices, count, sms, ce, dec, enc, jpg, ofa;
+    unsigned id, p2p, slices, count, sms, ce, dec, enc, jpg, ofa;
     unsigned long long mem;
     const char *name;
 } fk_gip_info;
@@ -152,7 +152,7 @@ static nvmlReturn_t fk_gip_lookup(nvmlDevice_t device, unsigned profile, int by_
         p = fk_gi_profile_by_enum(b, profile);
         if (!p) return NVML_ERROR_NOT_SUPPORTED;
     }
-    *out = (fk_gip_info){p->id, p->slice_count, p->max_instances, p->multiprocessors, p->copy_engines,
+    *out = (fk_gip_info){p->id, p->p2p_supported, p->slice_count, p->max_instances, p->multiprocessors, p->copy_engines,
                          p->decoders, p->encoders, p->jpeg_engines, p->ofa_engines, p->memory_mib, p->name};
     return NVML_SUCCESS;
 }
@@ -163,7 +163,7 @@ FK_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, 
     fk_gip_info p;
     if (!info) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
     if ((rc = fk_gip_lookup(device, profile, 0, &p))) return fk_leave(rc);
-    *info = (nvmlGpuInstanceProfileInfo_t){.id = p.id, .isP2pSupported = 0, .sliceCount = p.slices,
+    *info = (nvmlGpuInstanceProfileInfo_t){.id = p.id, .isP2pSupported = p.p2p, .sliceCount = p.slices,
         .instanceCount = p.count, .multiprocessorCount = p.sms, .copyEngineCount = p.ce, .decoderCount = p.dec,
         .encoderCount = p.enc, .jpegCount = p.jpg, .ofaCount = p.ofa, .memorySizeMB = p.mem};
     return fk_leave(NVML_SUCCESS);
@@ -179,7 +179,7 @@ static nvmlReturn_t fk_gip_versioned(nvmlDevice_t device, unsigned profile, int 
         return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
     if ((rc = fk_gip_lookup(device, profile, by_id, &p))) return fk_leave(rc);
     if (info->version == nvmlGpuInstanceProfileInfo_v2) {
-        *info = (nvmlGpuInstanceProfileInfo_v2_t){.version = info->version, .id = p.id, .sliceCount = p.slices,
+        *info = (nvmlGpuInstanceProfileInfo_v2_t){.version = info->version, .id = p.id, .isP2pSupported = p.p2p, .sliceCount = p.slices,
             .instanceCount = p.count, .multiprocessorCount = p.sms, .copyEngineCount = p.ce, .decoderCount = p.dec,
             .encoderCount = p.enc, .jpegCount = p.jpg, .ofaCount = p.ofa, .memorySizeMB = p.mem};
         snprintf(info->name, sizeof info->name, "%s", p.name);
@@ -187,7 +187,7 @@ static nvmlReturn_t fk_gip_versioned(nvmlDevice_t device, unsigned profile, int 
         nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
         *v3 = (nvmlGpuInstanceProfileInfo_v3_t){.version = v3->version, .id = p.id, .sliceCount = p.slices,
             .instanceCount = p.count, .multiprocessorCount = p.sms, .copyEngineCount = p.ce, .decoderCount = p.dec,
-            .encoderCount = p.enc, .jpegCount = p.jpg, .ofaCount = p.ofa, .memorySizeMB = p.mem, .capabilities = 0};
+            .encoderCount = p.enc, .jpegCount = p.jpg, .ofaCount = p.ofa, .memorySizeMB = p.mem, .capabilities = p.p2p ? NVML_GPU_INSTANCE_PROFILE_CAPS_P2P : 0};
         snprintf(v3->name, sizeof v3->name, "%s", p.name);
     }
     return fk_leave(NVML_SUCCESS);
