@@ -73,17 +73,28 @@ def make_node(nvml_lib: ctypes.CDLL, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 @pytest.fixture
-def run_client(nvml_lib_dir: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """Run a Python snippet using pynvml in a fresh process that finds the fake via LD_LIBRARY_PATH."""
+def client_env(nvml_lib_dir: Path) -> Callable[..., dict[str, str]]:
+    """Environment for a fresh client process that finds the fake via LD_LIBRARY_PATH."""
 
-    def run(code: str, state_dir: Path | None, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    def env_for(state_dir: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
         e = {k: v for k, v in os.environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "FAKE_NVML_STATE_DIR")}
         e["LD_LIBRARY_PATH"] = f"{nvml_lib_dir}:{e.get('LD_LIBRARY_PATH', '')}".rstrip(":")
         e["PYTHONPATH"] = f"{REPO}:{e.get('PYTHONPATH', '')}".rstrip(":")
         if state_dir is not None:
             e["FAKE_NVML_STATE_DIR"] = str(state_dir)
-        e.update(env or {})
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True, timeout=600)
+        e.update(extra or {})
+        return e
+
+    return env_for
+
+
+@pytest.fixture
+def run_client(client_env: Callable[..., dict[str, str]]) -> Callable[..., subprocess.CompletedProcess]:
+    """Run a Python snippet (pynvml against the fake) in a fresh process; check=True asserts exit 0."""
+
+    def run(code: str, state_dir: Path | None, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=client_env(state_dir, env),
+                              capture_output=True, text=True, timeout=600)
         if check and proc.returncode != 0:
             raise AssertionError(f"client failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
