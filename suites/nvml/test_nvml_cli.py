@@ -58,3 +58,30 @@ def test_reset_and_build(tmp_path, capsys, nvml_lib_dir):
     capsys.readouterr()
     assert run_cli(["fake-nvml", "build"]) == 0
     assert capsys.readouterr().out.strip() == str(nvml_lib_dir)
+
+
+def test_fake_nvidia_smi(run_client, tmp_path):
+    key = mig_board_keys()[0]
+    d = tmp_path / "node"
+    gpus = state.create_state_dir(d, [(key, 2)])
+    run_client("""
+import pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+pynvml.nvmlDeviceSetMigMode(h, 1)
+gi = pynvml.nvmlDeviceCreateGpuInstance(h, 0)
+pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0)
+""", d)
+    smi = "import sys; from fake_gpus.nvml.smi import main; sys.exit(main(sys.argv[1:]))"
+    listing = run_client(f"{smi}\n", d, {}).stdout  # no args: the device table
+    assert gpus[0].bus_id in listing and "Enabled" in listing and "Disabled" in listing
+    out = run_client("import sys; sys.argv[1:] = ['-L']\n" + smi, d).stdout
+    assert f"GPU 0: " in out and gpus[1].uuid in out and "MIG 1c.7g" in out and "(UUID: MIG-" in out
+    out = run_client("import sys; sys.argv[1:] = ['mig', '-lgipp']\n" + smi, d).stdout
+    assert "Placements: {0}:8" in out
+    out = run_client("import sys; sys.argv[1:] = ['mig', '-lgi']\n" + smi, d).stdout
+    assert "0:8" in out
+    out = run_client("import sys; sys.argv[1:] = ['mig', '-lci']\n" + smi, d).stdout
+    assert "0:1" in out
+    out = run_client("import sys; sys.argv[1:] = ['mig', '-lgip']\n" + smi, d).stdout
+    assert "0/1" in out  # the whole-GPU instance is taken
