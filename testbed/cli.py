@@ -18,6 +18,14 @@ class UsageError(ValueError):
     """Bad input from the user: printed as one line, exit code 2, nothing started."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad input as one line (no usage dump), exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
     print(f"dra-testbed: error: {message}", file=sys.stderr)
     return code
@@ -113,8 +121,20 @@ def cmd_toolchain_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_toolchain_mirror(args: argparse.Namespace) -> int:
+    from testbed.toolchain.mirror import write_mirror
+    from testbed.toolchain.versions import release_for
+
+    try:
+        files = write_mirror(release_for(args.k8s), Path(args.directory))
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"wrote {len(files)} files under {args.directory}; serve it over HTTP and pass its URL as --mirror", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dra-testbed", description=__doc__)
+    parser = _Parser(prog="dra-testbed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def cluster_args(p: argparse.ArgumentParser) -> None:
@@ -153,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     ensure.add_argument("--mirror", help="base URL of a mirror of the official release downloads")
     ensure.add_argument("--no-download", action="store_true", help="never download; build what is not cached")
     ensure.set_defaults(func=cmd_toolchain_ensure)
+    mirror = tsub.add_parser("mirror", help="lay out cached binaries as the official download hosts do")
+    mirror.add_argument("directory")
+    mirror.add_argument("--k8s", type=_minor, default=DEFAULT_MINOR)
+    mirror.set_defaults(func=cmd_toolchain_mirror)
     listing = tsub.add_parser("list", help="what is cached, per minor")
     listing.set_defaults(func=cmd_toolchain_list)
 
