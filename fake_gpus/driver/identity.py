@@ -8,6 +8,7 @@ enums the way NVIDIA's go-nvlib spells them, so a publisher needs nothing but NV
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -76,3 +77,73 @@ def gpu_uuid(node: str, index: int) -> str:
 def pci_bus_id(index: int) -> str:
     """The PCI bus id of GPU `index` (the 8-hex-digit domain form NVML returns)."""
     return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+
+
+# --- device and counter names (NVIDIA's dynamic-MIG naming, so claims and tooling see the same names) ---
+
+_MIG_NAME = re.compile(r"^gpu-(?P<minor>\d+)-mig-(?P<profile>[a-z0-9-]+?)-(?P<start>\d+)(?:-(?P<end>\d+))?$")
+_GPU_NAME = re.compile(r"^gpu-(?P<minor>\d+)$")
+
+
+def gpu_device_name(minor: int) -> str:
+    """`gpu-<minor>`: a whole GPU."""
+    return f"gpu-{minor}"
+
+
+def profile_token(profile: str) -> str:
+    """A MIG profile name as it appears inside a device name: `1g.10gb+me` -> `1g10gb-me`."""
+    token = re.sub(r"[^a-z0-9-]", "-", profile.lower().replace(".", ""))
+    return token.strip("-")
+
+
+def mig_device_name(minor: int, profile: str, start: int, size: int) -> str:
+    """`gpu-<minor>-mig-<profile>-<start>[-<end>]`: one MIG profile at one placement of memory slices."""
+    end = f"-{start + size - 1}" if size > 1 else ""
+    return f"gpu-{minor}-mig-{profile_token(profile)}-{start}{end}"
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """What a device name says: the parent GPU's minor and, for MIG, profile token and placement."""
+
+    minor: int
+    profile_token: str | None = None
+    start: int | None = None
+    size: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.profile_token is not None
+
+
+def parse_device_name(name: str) -> DeviceRef:
+    """Inverse of gpu_device_name / mig_device_name; ValueError for any other name."""
+    if match := _GPU_NAME.match(name):
+        return DeviceRef(int(match["minor"]))
+    if match := _MIG_NAME.match(name):
+        start = int(match["start"])
+        end = int(match["end"]) if match["end"] else start
+        return DeviceRef(int(match["minor"]), match["profile"], start, end - start + 1)
+    raise ValueError(f"not a device name of this driver: {name!r}; expected gpu-<minor> or gpu-<minor>-mig-<profile>-<start>[-<end>]")
+
+
+def counter_set_name(minor: int) -> str:
+    """The shared counter set of GPU `minor` (dynamic MIG)."""
+    return f"gpu-{minor}-counter-set"
+
+
+def memory_slice_counter(index: int) -> str:
+    """The counter of memory slice `index` (0..7)."""
+    return f"memory-slice-{index}"
+
+
+# Engine capacities of a device and the counters they consume, in NVIDIA's spelling.
+CAPACITY_COUNTERS = {
+    "multiprocessors": "multiprocessors",
+    "copyEngines": "copy-engines",
+    "decoders": "decoders",
+    "encoders": "encoders",
+    "jpegEngines": "jpeg-engines",
+    "ofaEngines": "ofa-engines",
+    "memory": "memory",
+}

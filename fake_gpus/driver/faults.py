@@ -1,0 +1,48 @@
+"""Fault-injection switches: deliberate driver bugs that prove the suites can catch them.
+
+Switches are named in $DRA_TESTBED_FAULTS (comma-separated), read by every driver process at start.
+Each one breaks exactly one promise of a correct driver; a suite that still passes with a switch on
+does not test that promise.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+FAULTS_ENV = "DRA_TESTBED_FAULTS"
+
+FAULTS: dict[str, str] = {
+    # publisher
+    "oversized-counters": "the counter set of each GPU offers twice the real engine and memory counters",
+    "short-placement": "MIG devices consume one memory slice fewer than their placement covers",
+    "wrong-memory": "whole-GPU devices publish twice their real memory capacity",
+    # kubelet plugin
+    "prepare-fails": "NodePrepareResources answers every claim with an error",
+    "prepare-hangs": "NodePrepareResources never answers",
+    "unprepare-leaks": "NodeUnprepareResources reports success but leaves the MIG instance in place",
+    "cdi-wrong-device": "the CDI spec exposes a different device than the one allocated",
+}
+
+
+class UnknownFaultError(ValueError):
+    """A fault name that is not a switch."""
+
+
+def parse_faults(text: str) -> frozenset[str]:
+    """The set of switches in a comma-separated list; UnknownFaultError names the valid ones."""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - FAULTS.keys())
+    if unknown:
+        raise UnknownFaultError(f"unknown fault {unknown[0]!r}; valid: {', '.join(FAULTS)}")
+    return names
+
+
+def active_faults(environ: dict[str, str] | None = None) -> frozenset[str]:
+    """The switches on for this process."""
+    return parse_faults((environ or os.environ).get(FAULTS_ENV, ""))
+
+
+def fault_env(faults: Iterable[str]) -> dict[str, str]:
+    """The environment entry that turns `faults` on in a driver process."""
+    return {FAULTS_ENV: ",".join(sorted(parse_faults(",".join(faults))))}
