@@ -67,7 +67,8 @@ def _c_str(s: str) -> str:
 
 
 def _n(v: int | None) -> int:
-    """The catalog marks facts nobody has seen as None; NVML reports 0 for them."""
+    """The catalog marks facts nobody has seen as None; the table holds 0 for them (the library answers
+    NOT_SUPPORTED for the profile info of a profile with such a fact, see `complete`)."""
     return int(v or 0)
 
 
@@ -107,7 +108,7 @@ def catalog_source() -> str:
                 f"{_n(p.memory_mib)}ULL, {_n(p.multiprocessors)}, {_n(p.copy_engines)}, {_n(p.decoders)}, "
                 f"{_n(p.encoders)}, {_n(p.jpeg_engines)}, {_n(p.ofa_engines)}, {_n(p.max_instances)}, "
                 f"{int(bool(p.p2p_supported))}, {len(p.placements)}, {{{', '.join(map(str, p.placements)) or '0'}}}, "
-                f"{len(p.compute_instance_profiles)}, {{{cis or '{0}'}}}}},"
+                f"{len(p.compute_instance_profiles)}, {{{cis or '{0}'}}}, {int(p.complete)}}},"
             )
         name = f"fk_gi_{i}"
         if gis:

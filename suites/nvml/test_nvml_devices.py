@@ -72,6 +72,16 @@ def test_mig_profile_facts(make_node):
                 assert nvml_code(e) == want, (key, enum)
                 continue
             p = by_enum[enum]
+            if not p.complete:
+                # unknown counts are not reported as zeros: the profile reads as unsupported
+                for version in (1, 2):
+                    with pytest.raises(pynvml.NVMLError) as e:
+                        pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, enum, version=version)
+                    assert nvml_code(e) == pynvml.NVML_ERROR_NOT_SUPPORTED, (key, p.name, version)
+                with pytest.raises(pynvml.NVMLError) as e:
+                    pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(h, p.id)
+                assert nvml_code(e) == pynvml.NVML_ERROR_NOT_SUPPORTED, (key, p.name)
+                continue
             for version in (1, 2):
                 info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, enum, version=version)
                 assert (info.id, info.sliceCount, info.instanceCount, info.multiprocessorCount, info.memorySizeMB) == (

@@ -28,6 +28,7 @@ typedef struct {
     unsigned placements[FK_MAX_PLACEMENTS]; /* start memory slice of each placement */
     unsigned n_ci;
     fk_ci_profile ci[FK_MAX_CI_PROFILES];
+    unsigned complete;       /* 0: some catalog fact is unknown; profile info answers NOT_SUPPORTED */
 } fk_gi_profile;
 
 typedef struct {

@@ -5,6 +5,8 @@
  * Error codes follow the per-call lists in nvml.h:
  *   - profile queries by NVML_*_PROFILE_* enum: enum >= *_PROFILE_COUNT -> INVALID_ARGUMENT
  *     (the documented end of enumeration), enum the board/GI lacks -> NOT_SUPPORTED;
+ *   - GPU-instance profile info (by enum or id) of a profile whose catalog facts are incomplete
+ *     -> NOT_SUPPORTED, never zeros;
  *   - GPU-instance profile info and possible placements answer with MIG off (nvml.h: placements
  *     are returned "regardless of whether MIG is enabled"; the DRA driver reads them at start-up);
  *   - remaining capacity, create, list and by-id calls on a GPU need MIG on: NOT_SUPPORTED;
@@ -152,6 +154,9 @@ static nvmlReturn_t fk_gip_lookup(nvmlDevice_t device, unsigned profile, int by_
         p = fk_gi_profile_by_enum(b, profile);
         if (!p) return NVML_ERROR_NOT_SUPPORTED;
     }
+    /* A profile whose counts nobody has published is not answered with made-up zeros: callers see it
+     * as a profile this GPU does not support and skip it, as NVIDIA's driver skips NOT_SUPPORTED. */
+    if (!p->complete) return NVML_ERROR_NOT_SUPPORTED;
     *out = (fk_gip_info){p->id, p->p2p_supported, p->slice_count, p->max_instances, p->multiprocessors, p->copy_engines,
                          p->decoders, p->encoders, p->jpeg_engines, p->ofa_engines, p->memory_mib, p->name};
     return NVML_SUCCESS;
