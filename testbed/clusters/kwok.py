@@ -218,7 +218,10 @@ class KwokCluster(Cluster):
         """Stop every component, then remove kwokctl's and our directories; kill what kwokctl missed."""
         pids = self.pids()
         if kwokctl is not None and self.kwok_dir.exists():
-            self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", "", check=False)
+            # kwokctl refuses an empty --kubeconfig on delete; give it a throwaway file, never ~/.kube/config
+            self.home.mkdir(parents=True, exist_ok=True)
+            contexts = self.home / "kwokctl-contexts.yaml"
+            self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(contexts), check=False)
         for pid in pids.values():
             _kill(pid)
         shutil.rmtree(self.kwok_dir, ignore_errors=True)

@@ -1,0 +1,110 @@
+"""Benchmark: warm `dra-testbed up` (to schedulable) against raw `kwokctl create cluster`, and `down`.
+
+Both use the same cached binaries in the same run, alternating, so machine noise hits both alike.
+`--cold` first measures a cold toolchain build into a fresh cache (several minutes) and its disk use.
+
+    python benchmarks/kwok_up.py [--rounds 5] [--cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from testbed.clusters.base import ClusterSpec
+from testbed.clusters.features import as_flag, feature_gates, runtime_config
+from testbed.clusters.kwok import BINARIES, KwokCluster
+from testbed.clusters.layout import load_layout
+from testbed.toolchain.resolve import ensure
+
+LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) if path.exists() else 0
+
+
+def cold_build(minor: str) -> None:
+    """Build the whole toolchain into an empty cache (fresh Go module and build caches too)."""
+    with tempfile.TemporaryDirectory(prefix="dra-testbed-cold-") as tmp:
+        env = dict(os.environ, DRA_TESTBED_CACHE=tmp, DRA_TESTBED_OFFLINE="1")
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "testbed.cli", "toolchain", "ensure", "--k8s", minor], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        elapsed = time.monotonic() - started
+        root = Path(tmp)
+        print(f"cold toolchain build ({minor}): {elapsed:.0f}s")
+        for part in ("toolchain", "go/mod", "go/build"):
+            print(f"  disk {part}: {du(root / part) / 2**30:.2f} GiB")
+        subprocess.run(["chmod", "-R", "u+w", tmp], check=False)  # the Go module cache is read-only
+
+
+def raw_kwokctl(name: str, minor: str, workdir: Path) -> float:
+    """Seconds for plain `kwokctl create cluster --wait` with the same binaries and gates."""
+    tc = ensure(minor, BINARIES)
+    env = dict(os.environ, KWOK_WORKDIR=str(workdir))
+    args = [
+        str(tc.path("kwokctl")), "create", "cluster", "--name", name, "--runtime", "binary", "--kubeconfig", "",
+        "--kube-apiserver-binary", str(tc.path("kube-apiserver")),
+        "--kube-controller-manager-binary", str(tc.path("kube-controller-manager")),
+        "--kube-scheduler-binary", str(tc.path("kube-scheduler")),
+        "--etcd-binary", str(tc.path("etcd")), "--kwok-controller-binary", str(tc.path("kwok")),
+        "--kube-feature-gates", as_flag(feature_gates(minor)), "--kube-runtime-config", as_flag(runtime_config(minor)),
+        "--disable-qps-limits", "--wait", "120s",
+    ]
+    started = time.monotonic()
+    subprocess.run(args, env=env, check=True, capture_output=True)
+    elapsed = time.monotonic() - started
+    subprocess.run([str(tc.path("kwokctl")), "delete", "cluster", "--name", name, "--kubeconfig", str(workdir / "contexts")], env=env,
+                   check=True, capture_output=True)
+    return elapsed
+
+
+def ours(name: str, minor: str) -> tuple[float, float]:
+    """Seconds for `up` to schedulable (nodes Ready, slices published) and for `down`."""
+    cluster = KwokCluster(name)
+    spec = ClusterSpec(name=name, k8s=minor, layout=load_layout(LAYOUT))
+    started = time.monotonic()
+    cluster.create(spec, force=True)
+    up = time.monotonic() - started
+    started = time.monotonic()
+    cluster.delete()
+    return up, time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--k8s", default="1.34")
+    parser.add_argument("--cold", action="store_true", help="also measure a cold toolchain build (minutes)")
+    args = parser.parse_args()
+    if args.cold:
+        cold_build(args.k8s)
+    ensure(args.k8s, BINARIES)  # warm: everything below uses the cached binaries
+    workdir = Path(tempfile.mkdtemp(prefix="kwok-raw-"))
+    raw, up, down = [], [], []
+    try:
+        for round_ in range(args.rounds):
+            raw.append(raw_kwokctl(f"bench-raw-{round_}", args.k8s, workdir))
+            u, d = ours(f"bench-ours-{round_}", args.k8s)
+            up.append(u)
+            down.append(d)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    raw_m, up_m, down_m = statistics.median(raw), statistics.median(up), statistics.median(down)
+    print(f"rounds: {args.rounds}, layout: {LAYOUT.name}, Kubernetes {args.k8s}")
+    print(f"raw kwokctl create cluster --wait: median {raw_m:.2f}s  (all: {', '.join(f'{x:.2f}' for x in raw)})")
+    print(f"dra-testbed up to schedulable:     median {up_m:.2f}s  (all: {', '.join(f'{x:.2f}' for x in up)})")
+    print(f"dra-testbed down:                  median {down_m:.2f}s")
+    print(f"overhead of up over raw kwokctl: {100 * (up_m / raw_m - 1):+.1f}% (goal: at most +20%)")
+
+
+if __name__ == "__main__":
+    main()
