@@ -17,8 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.catalog import get_board
-from fake_gpus.driver import interim_publisher
-from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver import launch
+from fake_gpus.driver.publisher import LAYOUT_LABEL
 from testbed import progress
 from testbed.cachedir import state_root
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
@@ -56,6 +56,8 @@ def node_object(node: NodeSpec) -> dict:
                 "dra-testbed.io/gpu-count": str(node.count),
                 "dra-testbed.io/mode": node.mode.kind,
                 "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
+                # the publisher reads the node's GPUs and mode from these labels
+                **({LAYOUT_LABEL: node.mode.mig_layout} if node.mode.mig_layout else {}),
             },
         },
         "spec": {},
@@ -116,7 +118,7 @@ class KwokCluster(Cluster):
     def create(self, spec: ClusterSpec, force: bool = False) -> Path:
         if spec.layout is None:
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
-        interim_publisher.check_layout(spec.layout)
+        launch.check_layout(spec.layout)
         release = release_for(spec.k8s)
         if self.exists():
             if not force:
@@ -138,7 +140,10 @@ class KwokCluster(Cluster):
                 api = self.api_client()
                 try:
                     self.add_nodes(api, spec.layout)
-                    interim_publisher.publish(api, spec.layout, current_identity())
+                    try:
+                        launch.start_publisher(self.home, kubeconfig)
+                    except RuntimeError as exc:
+                        raise ClusterError(str(exc)) from exc
                     self.wait_schedulable(api, spec.layout)
                 finally:
                     api.close()
@@ -216,6 +221,7 @@ class KwokCluster(Cluster):
 
     def _teardown(self, kwokctl: Path | None) -> None:
         """Stop every component, then remove kwokctl's and our directories; kill what kwokctl missed."""
+        launch.stop_publisher(self.home)  # first, so it does not write to a control plane going away
         pids = self.pids()
         if kwokctl is not None and self.kwok_dir.exists():
             # kwokctl refuses an empty --kubeconfig on delete; give it a throwaway file, never ~/.kube/config

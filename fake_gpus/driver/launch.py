@@ -1,0 +1,121 @@
+"""Test-bed side of the KWOK publisher: check a layout before anything starts, start and stop the process.
+
+This module may read the catalog (it stands where a cluster admin writes a MIG config); the publisher's
+driver half never does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fake_gpus.catalog import Board, get_board
+from testbed.clusters.layout import Layout, LayoutError
+
+PID_FILE = "publisher.pid"
+READY_FILE = "publisher.ready"
+LOG_FILE = "publisher.log"
+START_TIMEOUT = 600.0  # a first build of the fake NVML library happens inside this
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def usable_layouts(board: Board) -> dict[str, dict[str, int]]:
+    """Named MIG layouts of `board` whose every profile NVML answers for (all facts known)."""
+    complete = {p.name for p in board.gpu_instance_profiles if p.complete}
+    return {name: dict(layout) for name, layout in board.mig_layouts.items() if set(layout) <= complete}
+
+
+def check_layout(layout: Layout) -> None:
+    """Refuse, before anything starts, a board or MIG layout the driver cannot serve (LayoutError, one line)."""
+    for node in layout.nodes:
+        board = get_board(node.board)
+        if node.mode.kind != "static-mig":
+            continue
+        name = node.mode.mig_layout
+        usable = usable_layouts(board)
+        if name not in usable:
+            problem = "uses MIG profiles whose facts are unknown" if name in board.mig_layouts else "is unknown"
+            raise LayoutError(f"node {node.name}: MIG layout {name!r} of {board.key} {problem}; "
+                              f"valid layouts: {', '.join(usable) or 'none'}")
+
+
+def mig_layout_table() -> dict[str, dict[str, dict[str, int]]]:
+    """board -> layout name -> {profile: count}, for the publisher's config."""
+    from fake_gpus.catalog import all_boards
+
+    return {b.key: usable_layouts(b) for b in all_boards()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> int:
+    """Start the publisher for the cluster at `home`; returns once its first publish is done (its pid).
+
+    Raises RuntimeError with the publisher's last log line if it exits first."""
+    config = {"kubeconfig": str(kubeconfig), "state_root": str(home / "nvml"), "ready_file": str(home / READY_FILE),
+              "mig_layouts": mig_layout_table()}
+    (home / "publisher.json").write_text(json.dumps(config, indent=1) + "\n")
+    (home / READY_FILE).unlink(missing_ok=True)
+    environment = {**os.environ, **(env or {})}
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), environment.get("PYTHONPATH", "")) if p)
+    with open(home / LOG_FILE, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "fake_gpus.driver.publisher", "--config", str(home / "publisher.json")],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
+                                start_new_session=True)  # a Ctrl-C of `up` must not reach it half-way
+    (home / PID_FILE).write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT
+    # not a Kubernetes object, so no watch: the process signals readiness with a file
+    while not (home / READY_FILE).exists():
+        if proc.poll() is not None:
+            lines = (home / LOG_FILE).read_text(errors="replace").strip().splitlines() or ["no output"]
+            raise RuntimeError(f"the ResourceSlice publisher exited ({proc.returncode}): {lines[-1]} (log: {home / LOG_FILE})")
+        if time.monotonic() > deadline:
+            stop_publisher(home)
+            raise RuntimeError(f"the ResourceSlice publisher did not finish its first publish in {START_TIMEOUT:.0f}s")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def stop_publisher(home: Path, grace: float = 10.0) -> None:
+    """SIGTERM the recorded publisher, SIGKILL it after `grace` seconds; forget its pid."""
+    try:
+        pid = int((home / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return
+    if _alive(pid):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while _alive(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.05)
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    _reap(pid)
+    (home / PID_FILE).unlink(missing_ok=True)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the publisher is our child, so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

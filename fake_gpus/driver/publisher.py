@@ -1,0 +1,298 @@
+"""ResourceSlice publisher for simulated (KWOK) nodes: one fake-NVML state directory per node.
+
+A long-running process (`python -m fake_gpus.driver.publisher --config FILE`). It plays two parts:
+the node's hardware (it creates each node's state directory from the node's labels) and the driver
+(it reads every GPU through NVML only, creates static MIG layouts through NVML and publishes the
+slices). It watches Nodes: a labelled node that appears gets state and slices, a node that goes loses
+its slices; a node whose NVML state changes is re-published at a new pool generation. SIGTERM ends it.
+
+Config (JSON): {"kubeconfig", "state_root", "ready_file", "mig_layouts": {board: {layout: {profile: count}}}}.
+Node labels: dra-testbed.io/board, dra-testbed.io/gpu-count, dra-testbed.io/mode, dra-testbed.io/mig-layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from fake_gpus.driver import miglayout
+from fake_gpus.driver.faults import active_faults
+from fake_gpus.driver.identity import DriverIdentity, current_identity
+from fake_gpus.driver.inventory import NvmlLibrary, inventory
+from fake_gpus.driver.slices import ApiLimits, DriverMode, api_limits, build_slices, parse_mode, server_minor
+
+BOARD_LABEL = "dra-testbed.io/board"
+COUNT_LABEL = "dra-testbed.io/gpu-count"
+MODE_LABEL = "dra-testbed.io/mode"
+LAYOUT_LABEL = "dra-testbed.io/mig-layout"
+POLL_SECONDS = 1.0  # how often state directories are checked for changes
+WORKERS = 8  # concurrent API writes
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What a node's labels ask for."""
+
+    name: str
+    uid: str
+    board: str
+    count: int
+    mode: DriverMode
+
+
+def node_config(node) -> NodeConfig | None:
+    """The GPU config of a Node object from its labels; None for nodes that carry no fake GPUs."""
+    labels = node.metadata.labels or {}
+    if BOARD_LABEL not in labels or COUNT_LABEL not in labels:
+        return None
+    kind = labels.get(MODE_LABEL, "whole")
+    mode = parse_mode(f"{kind}:{labels[LAYOUT_LABEL]}" if kind == "static-mig" and labels.get(LAYOUT_LABEL) else kind)
+    return NodeConfig(node.metadata.name, node.metadata.uid, labels[BOARD_LABEL], int(labels[COUNT_LABEL]), mode)
+
+
+def _state_stamp(state_dir: Path) -> tuple:
+    """Changes whenever the fake NVML rewrites the node's state (files are replaced by rename)."""
+    stamp = []
+    for name in ("gpus", "mig"):
+        try:
+            st = (state_dir / name).stat()
+            stamp.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            stamp.append(None)
+    return tuple(stamp)
+
+
+class Publisher:
+    """Keeps every labelled node's slices in line with its NVML state."""
+
+    def __init__(self, api: client.ApiClient, nvml: NvmlLibrary, state_root: Path, mig_layouts: dict,
+                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits) -> None:
+        self.api = api
+        self.resource = client.ResourceV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.nvml = nvml
+        self.state_root = state_root
+        self.mig_layouts = mig_layouts
+        self.identity = identity
+        self.faults = faults
+        self.limits = limits
+        self.nodes: dict[str, NodeConfig] = {}
+        self.published: dict[str, tuple[int, dict[str, dict]]] = {}  # node -> (generation, name -> spec)
+        self.stamps: dict[str, tuple] = {}
+        self.pool = ThreadPoolExecutor(WORKERS)
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+
+    # ----------------------------------------------------------------- hardware side
+    def state_dir(self, node: str) -> Path:
+        return self.state_root / node
+
+    def provision(self, cfg: NodeConfig) -> None:
+        """Create the node's fake GPUs (state directory) and, in static mode, its MIG layout through NVML."""
+        from fake_gpus.nvml import state  # the simulated hardware, not the driver's view of it
+
+        state.create_state_dir(self.state_dir(cfg.name), [(cfg.board, cfg.count)])
+        if cfg.mode.kind == "static-mig":
+            layout = self.mig_layouts.get(cfg.board, {}).get(cfg.mode.mig_layout)
+            if layout is None:
+                valid = ", ".join(self.mig_layouts.get(cfg.board, {})) or "none"
+                raise miglayout.MigLayoutError(f"node {cfg.name}: no MIG layout {cfg.mode.mig_layout!r} for {cfg.board}; valid: {valid}")
+            with self.nvml.session(self.state_dir(cfg.name)):
+                miglayout.apply_layout(layout)
+
+    # ----------------------------------------------------------------- driver side
+    def desired(self, cfg: NodeConfig, generation: int) -> list[dict]:
+        inv = inventory(self.nvml, self.state_dir(cfg.name))
+        return build_slices(cfg.name, inv, cfg.mode, self.limits, self.identity, self.faults, generation, cfg.uid)
+
+    def sync(self, cfg: NodeConfig) -> list[Future]:
+        """Publish the node's slices if they differ from what is published; returns the pending writes."""
+        self.stamps[cfg.name] = _state_stamp(self.state_dir(cfg.name))
+        old_generation, old = self.published.get(cfg.name, (0, {}))
+        bodies = self.desired(cfg, old_generation or 1)
+        if old and {b["metadata"]["name"]: b["spec"] for b in bodies} == old:
+            return []
+        generation = old_generation + 1
+        for body in bodies:
+            body["spec"]["pool"]["generation"] = generation
+        self.published[cfg.name] = (generation, {b["metadata"]["name"]: b["spec"] for b in bodies})
+        futures = [self.pool.submit(self._put, body, body["metadata"]["name"] in old) for body in bodies]
+        wanted = {b["metadata"]["name"] for b in bodies}
+        futures += [self.pool.submit(self._delete, name) for name in old if name not in wanted]
+        return futures
+
+    def _put(self, body: dict, exists: bool) -> None:
+        name = body["metadata"]["name"]
+        if not exists:
+            try:
+                self.resource.create_resource_slice(body=body, _preload_content=False)
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        current = self.resource.read_resource_slice(name)
+        body = dict(body, metadata=dict(body["metadata"], resourceVersion=current.metadata.resource_version))
+        self.resource.replace_resource_slice(name, body=body, _preload_content=False)
+
+    def _delete(self, name: str) -> None:
+        try:
+            self.resource.delete_resource_slice(name, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def forget(self, node: str) -> list[Future]:
+        """The node went: remove its slices and its simulated hardware."""
+        self.nodes.pop(node, None)
+        self.stamps.pop(node, None)
+        _, old = self.published.pop(node, (0, {}))
+        shutil.rmtree(self.state_dir(node), ignore_errors=True)
+        return [self.pool.submit(self._delete, name) for name in old]
+
+    def load_published(self) -> None:
+        """Pick up the pools a previous run published, so generations keep increasing."""
+        for s in self.resource.list_resource_slice(field_selector=f"spec.driver={self.identity.driver}").items:
+            generation, specs = self.published.get(s.spec.node_name or "", (0, {}))
+            specs[s.metadata.name] = None  # unknown content: the first sync rewrites it
+            self.published[s.spec.node_name or ""] = (max(generation, s.spec.pool.generation), specs)
+
+    def add(self, node) -> list[Future]:
+        cfg = node_config(node)
+        if cfg is None or cfg.name in self.nodes:
+            return []
+        self.provision(cfg)
+        self.nodes[cfg.name] = cfg
+        return self.sync(cfg)
+
+    def apply_classes(self) -> None:
+        for body in self.identity.device_classes():
+            try:
+                self.resource.create_device_class(body=body, _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def initial(self) -> str:
+        """Classes, then every labelled node; returns the node list's resourceVersion for the watch."""
+        self.apply_classes()
+        self.load_published()
+        listing = self.core.list_node()
+        futures: list[Future] = []
+        for node in listing.items:
+            futures += self.add(node)
+        present = {n.metadata.name for n in listing.items}
+        for gone in [n for n in self.published if n not in present]:
+            futures += self.forget(gone)
+        for f in futures:
+            f.result()
+        return listing.metadata.resource_version
+
+    # ----------------------------------------------------------------- loop
+    def _watch_nodes(self, events: queue.Queue, resource_version: str) -> None:
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(self.core.list_node, resource_version=resource_version, timeout_seconds=60):
+                    resource_version = event["object"].metadata.resource_version
+                    events.put((event["type"], event["object"]))
+                    if self.stop.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status == 410:  # expired: relist and report everything as current
+                    listing = self.core.list_node()
+                    resource_version = listing.metadata.resource_version
+                    events.put(("RELIST", listing.items))
+                else:
+                    time.sleep(1)
+            except Exception:  # noqa: BLE001 - connection drops: the watch is restarted
+                time.sleep(1)
+            finally:
+                stream.stop()
+
+    def handle(self, kind: str, obj) -> None:
+        if kind == "DELETED":
+            for f in self.forget(obj.metadata.name):
+                f.result()
+        elif kind == "RELIST":
+            present = {n.metadata.name for n in obj}
+            for gone in [n for n in self.nodes if n not in present]:
+                for f in self.forget(gone):
+                    f.result()
+            for node in obj:
+                self.handle("ADDED", node)
+        else:
+            for f in self.add(obj):
+                f.result()
+
+    def run(self, ready_file: Path | None) -> None:
+        resource_version = self.initial()
+        if ready_file:
+            ready_file.write_text(f"{os.getpid()}\n")
+        events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._watch_nodes, args=(events, resource_version), daemon=True).start()
+        next_poll = time.monotonic() + POLL_SECONDS
+        while not self.stop.is_set():
+            try:
+                kind, obj = events.get(timeout=max(0.05, next_poll - time.monotonic()))
+                self._guard(self.handle, kind, obj)
+            except queue.Empty:
+                pass
+            if time.monotonic() >= next_poll:
+                for name, cfg in list(self.nodes.items()):
+                    if _state_stamp(self.state_dir(name)) != self.stamps.get(name):
+                        self._guard(lambda c=cfg: [f.result() for f in self.sync(c)])
+                next_poll = time.monotonic() + POLL_SECONDS
+
+    def _guard(self, fn, *args) -> None:
+        """Errors after start-up are logged, never fatal: one bad node must not stop the others."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            print(f"publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr, flush=True)
+
+
+def load_config(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fake_gpus.driver.publisher", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, type=Path, help="publisher config (JSON)")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config)
+    from fake_gpus.nvml.build import SONAME, ensure_library  # the fake library stands in for the real one
+
+    nvml = NvmlLibrary(ensure_library() / SONAME)
+    api = config.new_client_from_config(config_file=cfg["kubeconfig"])
+    limits = api_limits(server_minor(client.VersionApi(api).get_code()))
+    publisher = Publisher(api, nvml, Path(cfg["state_root"]), cfg.get("mig_layouts", {}), current_identity(),
+                          active_faults(), limits)
+    signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: publisher.stop.set())
+    try:
+        publisher.run(Path(cfg["ready_file"]) if cfg.get("ready_file") else None)
+    except Exception as exc:  # noqa: BLE001 - start-up failures end the process with one line
+        body = getattr(exc, "body", None)
+        detail = f"{exc.status} {json.loads(body).get('message', '')}" if isinstance(exc, ApiException) and body else str(exc)
+        print(f"publisher: error: {type(exc).__name__}: {detail}".splitlines()[0], file=sys.stderr, flush=True)
+        return 1
+    finally:
+        publisher.pool.shutdown(wait=False, cancel_futures=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

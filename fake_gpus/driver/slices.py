@@ -1,0 +1,363 @@
+"""ResourceSlices (resource.k8s.io/v1) for one node, built from its NVML inventory.
+
+Modes: `whole` and `static-mig:<layout>` publish the devices that exist (whole GPUs, or the MIG devices
+of GPUs with MIG on); `dynamic-mig` publishes partitionable devices: one counter set per GPU, the full
+GPU and every profile x placement consuming counters. Slices are split so that every API limit of the
+served Kubernetes minor holds (`ApiLimits`, read off k8s.io/api resource/v1 types.go and
+pkg/apis/resource/validation of each release).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from fake_gpus.driver.identity import (
+    CAPACITY_COUNTERS,
+    DriverIdentity,
+    counter_set_name,
+    cuda_version,
+    gpu_device_name,
+    memory_slice_counter,
+    mig_device_name,
+    semver,
+)
+from fake_gpus.driver.inventory import MEMORY_SLICES, Gpu, MigProfile, NodeInventory, Placement
+
+MODE_KINDS = ("whole", "static-mig", "dynamic-mig")
+MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-testbed"}
+
+
+class ModeError(ValueError):
+    """A mode the driver does not know; one line naming the valid ones."""
+
+
+class SliceLimitError(ValueError):
+    """Devices that no split into slices can publish under the served API's limits."""
+
+
+@dataclass(frozen=True)
+class DriverMode:
+    """How a node's GPUs are offered."""
+
+    kind: str
+    mig_layout: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
+
+
+def parse_mode(text: str) -> DriverMode:
+    """`whole`, `static-mig:<layout>` or `dynamic-mig`."""
+    kind, _, layout = text.partition(":")
+    if kind == "static-mig" and layout:
+        return DriverMode(kind, layout)
+    if kind in ("whole", "dynamic-mig") and not layout:
+        return DriverMode(kind)
+    raise ModeError(f"unknown mode {text!r}; valid modes: whole, static-mig:<layout>, dynamic-mig")
+
+
+# --------------------------------------------------------------------------- API limits per minor
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """Size limits of a ResourceSlice in one served API version (None: no such limit)."""
+
+    separate_counter_slices: bool  # 1.35+: sharedCounters and devices never share a slice
+    max_devices: int
+    max_devices_consuming: int  # when any device of the slice consumes counters
+    max_counters_per_slice: int | None  # 1.34: counters summed over all sets of a slice
+    max_counter_sets: int | None  # 1.35+: sets per slice
+    max_counters_per_set: int
+    max_device_counters_per_slice: int | None  # 1.34: consumed counters summed over the slice's devices
+    max_counters_per_device: int  # 1.34: over all entries of a device; 1.35+: per entry
+    max_consumptions_per_device: int | None  # 1.35+: consumesCounters entries of a device
+    max_attributes_and_capacities: int = 32
+
+
+# k8s.io/api v0.34 resource/v1: ResourceSliceMaxDevices 128, ResourceSliceMaxSharedCounters 32 (all sets),
+# ResourceSliceMaxCountersPerDevice 32, ResourceSliceMaxDeviceCountersPerSlice 1024; counters and the
+# devices consuming them must sit in one slice (validateDevice looks counter sets up in its own slice).
+LIMITS_1_34 = ApiLimits(False, 128, 128, 32, None, 32, 1024, 32, None)
+# v0.35+: ResourceSliceMaxCounterSets 8, ResourceSliceMaxCountersPerCounterSet 32,
+# ResourceSliceMaxDevicesWithTaintsOrConsumesCounters 64, ResourceSliceMaxDeviceCounterConsumptionsPerDevice 2,
+# ResourceSliceMaxCountersPerDeviceCounterConsumption 32; "only one of sharedCounters or devices".
+LIMITS_1_35 = ApiLimits(True, 128, 64, None, 8, 32, None, 32, 2)
+
+
+def api_limits(minor: str) -> ApiLimits:
+    """Limits of the resource.k8s.io/v1 API served by Kubernetes `minor` ("1.34", "1.35", ...)."""
+    major, _, rest = minor.removeprefix("v").partition(".")
+    number = int("".join(c for c in rest.split(".")[0] if c.isdigit()) or 0)
+    if (int(major), number) < (1, 34):
+        raise ValueError(f"Kubernetes {minor} does not serve resource.k8s.io/v1; the driver needs 1.34 or newer")
+    return LIMITS_1_34 if number == 34 and major == "1" else LIMITS_1_35
+
+
+def server_minor(version_info) -> str:
+    """"1.35" from a VersionApi().get_code() answer (minor may read "35+" on some distributions)."""
+    return f"{version_info.major}.{''.join(c for c in version_info.minor if c.isdigit())}"
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def _attributes(gpu: Gpu, inv: NodeInventory, driver: str) -> dict:
+    """Product attributes every device of this GPU carries (NVIDIA's names)."""
+    bus = gpu.pci_bus_id.lower()
+    major, minor = gpu.cuda_compute_capability
+    return {
+        "productName": {"string": gpu.product_name},
+        "brand": {"string": gpu.brand},
+        "architecture": {"string": gpu.architecture},
+        "cudaComputeCapability": {"version": f"{major}.{minor}.0"},
+        "driverVersion": {"version": semver(inv.driver_version)},
+        "cudaDriverVersion": {"version": cuda_version(inv.cuda_driver_version)},
+        "resource.kubernetes.io/pciBusID": {"string": bus[4:]},
+        "resource.kubernetes.io/pcieRoot": {"string": f"pci{bus[4:8]}:{bus[9:11]}"},
+    }
+
+
+def whole_gpu_device(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> dict:
+    """`gpu-<minor>` with its memory capacity."""
+    memory = gpu.memory_mib * (2 if "wrong-memory" in faults else 1)
+    return {
+        "name": gpu_device_name(gpu.minor),
+        "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}, **_attributes(gpu, inv, driver)},
+        "capacity": {"memory": {"value": f"{memory}Mi"}},
+    }
+
+
+def _profile_values(profile: MigProfile) -> dict[str, int]:
+    """A profile's capacities in NVIDIA's capacity names (memory in MiB)."""
+    return {
+        "multiprocessors": profile.multiprocessors, "copyEngines": profile.copy_engines, "decoders": profile.decoders,
+        "encoders": profile.encoders, "jpegEngines": profile.jpeg_engines, "ofaEngines": profile.ofa_engines,
+        "memory": profile.memory_mib,
+    }
+
+
+def _quantity(capacity: str, value: int) -> str:
+    return f"{value}Mi" if capacity == "memory" else str(value)
+
+
+def mig_device(gpu: Gpu, inv: NodeInventory, driver: str, profile: MigProfile, placement: Placement,
+               uuid: str | None = None) -> dict:
+    """A MIG device of `profile` at `placement`; `uuid` only for a MIG device that exists."""
+    attributes = {"type": {"string": "mig"}, "parentUUID": {"string": gpu.uuid}, "profile": {"string": profile.name}}
+    if uuid:
+        attributes["uuid"] = {"string": uuid}
+    return {
+        "name": mig_device_name(gpu.minor, profile.name, placement.start, placement.size),
+        "attributes": {**attributes, **_attributes(gpu, inv, driver)},
+        "capacity": {k: {"value": _quantity(k, v)} for k, v in _profile_values(profile).items()},
+    }
+
+
+# --------------------------------------------------------------------------- counters (dynamic MIG)
+
+
+def _instance_sets(profiles: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
+    """Every set of GPU instances NVML's placements allow at once (disjoint slices, instance counts)."""
+    by_start: dict[int, list[MigProfile]] = {}
+    for p in profiles:
+        for placement in p.placements:
+            by_start.setdefault(placement.start, []).append(p)
+
+    def walk(slot: int, chosen: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
+        if slot >= MEMORY_SLICES:
+            yield chosen
+            return
+        yield from walk(slot + 1, chosen)
+        for p in by_start.get(slot, ()):
+            if slot + p.size <= MEMORY_SLICES and sum(c is p for c in chosen) < p.instance_count:
+                yield from walk(slot + p.size, chosen + (p,))
+
+    yield from walk(0, ())
+
+
+@functools.lru_cache(maxsize=64)
+def counter_totals(profiles: tuple[MigProfile, ...]) -> dict[str, int]:
+    """Engine and memory counters of a GPU, keyed by capacity name.
+
+    NVML has no whole-GPU engine counts, so each total is the most any set of instances that can exist
+    together uses. With the full-GPU profile known this is that profile's row (132 SMs on an H100);
+    when NVML does not answer for it (unknown Blackwell facts) the totals still admit every valid set."""
+    totals = dict.fromkeys(CAPACITY_COUNTERS, 0)
+    for chosen in _instance_sets(profiles):
+        sums = dict.fromkeys(CAPACITY_COUNTERS, 0)
+        for p in chosen:
+            for key, value in _profile_values(p).items():
+                sums[key] += value
+        for key, value in sums.items():
+            totals[key] = max(totals[key], value)
+    return totals
+
+
+def _counters(values: dict[str, int], slices: Iterable[int], scale: int = 1) -> dict:
+    counters = {CAPACITY_COUNTERS[k]: {"value": _quantity(k, v * scale)} for k, v in values.items()}
+    counters.update({memory_slice_counter(i): {"value": str(scale)} for i in slices})
+    return counters
+
+
+def counter_set(gpu: Gpu, faults: frozenset[str] = frozenset()) -> dict:
+    """`gpu-<minor>-counter-set`: engines, memory and memory-slice-0..7."""
+    scale = 2 if "oversized-counters" in faults else 1
+    return {"name": counter_set_name(gpu.minor),
+            "counters": _counters(counter_totals(gpu.profiles), range(MEMORY_SLICES), scale)}
+
+
+def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> list[dict]:
+    """The full GPU and every profile x placement, each consuming its share of the GPU's counter set."""
+    full = whole_gpu_device(gpu, inv, driver, faults)
+    full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
+                                 "counters": _counters(counter_totals(gpu.profiles), range(MEMORY_SLICES))}]
+    devices = [full]
+    for profile in gpu.profiles:
+        for placement in profile.placements:
+            slices = placement.slices
+            if "short-placement" in faults:
+                slices = range(placement.start, placement.start + placement.size - 1)
+            device = mig_device(gpu, inv, driver, profile, placement)
+            device["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
+                                           "counters": _counters(_profile_values(profile), slices)}]
+            devices.append(device)
+    return devices
+
+
+def live_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> list[dict]:
+    """What exists: the MIG devices of a GPU with MIG on, else the whole GPU."""
+    if not gpu.mig_enabled:
+        return [whole_gpu_device(gpu, inv, driver, faults)]
+    devices = []
+    for mig in gpu.mig_devices:
+        profile = gpu.profile_by_id(mig.profile_id)
+        if profile is None:
+            continue  # NVML does not answer for its profile (unknown facts): nothing true to publish
+        devices.append(mig_device(gpu, inv, driver, profile, mig.placement, uuid=mig.uuid))
+    return devices
+
+
+# --------------------------------------------------------------------------- splitting into slices
+
+
+@dataclass
+class _Slice:
+    counter_sets: list[dict] = field(default_factory=list)
+    devices: list[dict] = field(default_factory=list)
+
+
+def _set_size(counter_set_: dict) -> int:
+    return len(counter_set_["counters"])
+
+
+def _device_counters(device: dict) -> int:
+    return sum(len(c["counters"]) for c in device.get("consumesCounters", ()))
+
+
+def check_device(device: dict, limits: ApiLimits) -> None:
+    """Per-device limits: raise SliceLimitError naming the device and the limit."""
+    name = device["name"]
+    if len(device.get("attributes", {})) + len(device.get("capacity", {})) > limits.max_attributes_and_capacities:
+        raise SliceLimitError(f"device {name}: more than {limits.max_attributes_and_capacities} attributes and capacities")
+    entries = device.get("consumesCounters", ())
+    if limits.max_consumptions_per_device is not None and len(entries) > limits.max_consumptions_per_device:
+        raise SliceLimitError(f"device {name}: more than {limits.max_consumptions_per_device} consumesCounters entries")
+    per_device = [len(e["counters"]) for e in entries] if limits.separate_counter_slices else [_device_counters(device)]
+    if any(n > limits.max_counters_per_device for n in per_device):
+        raise SliceLimitError(f"device {name}: consumes more than {limits.max_counters_per_device} counters")
+
+
+def _fits(s: _Slice, sets: list[dict], devices: list[dict], limits: ApiLimits) -> bool:
+    all_sets, all_devices = s.counter_sets + sets, s.devices + devices
+    consuming = any("consumesCounters" in d for d in all_devices)
+    if len(all_devices) > (limits.max_devices_consuming if consuming else limits.max_devices):
+        return False
+    if limits.max_counter_sets is not None and len(all_sets) > limits.max_counter_sets:
+        return False
+    if limits.max_counters_per_slice is not None and sum(map(_set_size, all_sets)) > limits.max_counters_per_slice:
+        return False
+    if limits.max_device_counters_per_slice is not None and sum(map(_device_counters, all_devices)) > limits.max_device_counters_per_slice:
+        return False
+    return True
+
+
+def _first_fit(units: list[tuple[list[dict], list[dict]]], limits: ApiLimits) -> list[_Slice]:
+    """Fill slices in order with units that must not be split (a counter set with its devices on 1.34)."""
+    slices: list[_Slice] = []
+    for sets, devices in units:
+        if not _fits(_Slice(), sets, devices, limits):
+            what = f"counter set {sets[0]['name']} with {len(devices)} devices" if sets else f"device {devices[0]['name']}"
+            raise SliceLimitError(f"{what} does not fit in one ResourceSlice under the served API's limits")
+        if not slices or not _fits(slices[-1], sets, devices, limits):
+            slices.append(_Slice())
+        slices[-1].counter_sets += sets
+        slices[-1].devices += devices
+    return slices
+
+
+def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits) -> list[_Slice]:
+    """Slices holding every (counter set or None, devices) group, each slice within `limits`."""
+    for _, devices in groups:
+        for device in devices:
+            check_device(device, limits)
+    for counter_set_, _ in groups:
+        if counter_set_ and _set_size(counter_set_) > limits.max_counters_per_set:
+            raise SliceLimitError(f"counter set {counter_set_['name']}: more than {limits.max_counters_per_set} counters")
+    if limits.separate_counter_slices:
+        # 1.35+: counter sets in slices of their own; devices find them by name within the pool
+        sets = [([c], []) for c, _ in groups if c]
+        devices = [([], [d]) for _, ds in groups for d in ds]
+        return _first_fit(sets, limits) + _first_fit(devices, limits)
+    units = []
+    for counter_set_, devices in groups:
+        if counter_set_:
+            units.append(([counter_set_], devices))  # 1.34: a device's counter set must be in its slice
+        else:
+            units += [([], [d]) for d in devices]
+    return _first_fit(units, limits)
+
+
+def device_groups(inv: NodeInventory, mode: DriverMode, driver: str, faults: frozenset[str] = frozenset()) -> list[tuple[dict | None, list[dict]]]:
+    """Per GPU: its counter set (dynamic MIG only) and its devices."""
+    if mode.kind == "dynamic-mig":
+        groups = []
+        for gpu in inv.gpus:
+            if gpu.profiles:
+                groups.append((counter_set(gpu, faults), partitionable_devices(gpu, inv, driver, faults)))
+            else:  # a GPU without MIG is offered whole
+                groups.append((None, [whole_gpu_device(gpu, inv, driver, faults)]))
+        return groups
+    return [(None, live_devices(gpu, inv, driver, faults)) for gpu in inv.gpus]
+
+
+def slice_name(node: str, driver: str, index: int) -> str:
+    return f"{node}-{driver}-{index}"
+
+
+def build_slices(node: str, inv: NodeInventory, mode: DriverMode, limits: ApiLimits, identity: DriverIdentity,
+                 faults: frozenset[str] = frozenset(), generation: int = 1, node_uid: str | None = None) -> list[dict]:
+    """Every ResourceSlice of `node`'s pool (pool = node name) at `generation`."""
+    parts = split(device_groups(inv, mode, identity.driver, faults), limits)
+    if not parts:
+        parts = [_Slice()]  # an empty pool still says so: one slice without devices
+    metadata_base: dict = {"labels": dict(MANAGED_BY)}
+    if node_uid:
+        # owned by the Node, so the garbage collector removes the slices with it even without us
+        metadata_base["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+    bodies = []
+    for index, part in enumerate(parts):
+        spec: dict = {
+            "driver": identity.driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": len(parts)},
+        }
+        if part.counter_sets:
+            spec["sharedCounters"] = part.counter_sets
+        if part.devices or not part.counter_sets:
+            spec["devices"] = part.devices
+        bodies.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                       "metadata": {"name": slice_name(node, identity.driver, index), **metadata_base}, "spec": spec})
+    return bodies
