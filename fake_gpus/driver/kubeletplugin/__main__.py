@@ -1,0 +1,66 @@
+"""`python -m fake_gpus.driver.kubeletplugin`: run the kubelet plugin until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from fake_gpus.driver.faults import UnknownFaultError, active_faults
+from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, MIG_STATIC
+from fake_gpus.driver.kubeletplugin.server import KubeletPlugin, PluginConfig, log
+from testbed.toolchain.versions import DEFAULT_MINOR
+
+
+def parse_args(argv: list[str] | None) -> PluginConfig:
+    driver = current_identity().driver
+    p = argparse.ArgumentParser(prog="python -m fake_gpus.driver.kubeletplugin", description="DRA kubelet plugin for (fake) NVIDIA GPUs")
+    p.add_argument("--node-name", required=True, help="this node's name")
+    p.add_argument("--state-dir", type=Path, help="fake NVML state directory of this node (omit on a real node)")
+    p.add_argument("--nvml-lib-dir", type=Path, help="directory holding libnvidia-ml.so.1 (default: the loader's search path)")
+    p.add_argument("--plugin-dir", type=Path, default=Path(f"/var/lib/kubelet/plugins/{driver}"), help="where dra.sock and the checkpoint live")
+    p.add_argument("--registry-dir", type=Path, default=Path("/var/lib/kubelet/plugins_registry"), help="the kubelet's plugin registry")
+    p.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs are written")
+    p.add_argument("--kubeconfig", default="in-cluster", help="kubeconfig path, or in-cluster (default)")
+    p.add_argument("--pool-name", help="the ResourceSlice pool of this node (default: the node name)")
+    p.add_argument("--host-state-dir", type=Path, help="the state directory's path on the node, if the plugin sees it elsewhere")
+    p.add_argument("--host-nvml-lib-dir", type=Path, help="the library directory's path on the node, if the plugin sees it elsewhere")
+    p.add_argument("--mig", choices=(MIG_DYNAMIC, MIG_STATIC), default=MIG_DYNAMIC,
+                   help="dynamic: create an allocated MIG device at its placement; static: it must exist")
+    p.add_argument("--k8s", default=DEFAULT_MINOR, help="Kubernetes minor whose kubelet API stubs to use")
+    p.add_argument("--health-interval", type=float, default=10.0, help="seconds between device-list checks of the health stream")
+    a = p.parse_args(argv)
+    try:
+        faults = active_faults()
+    except UnknownFaultError as exc:
+        p.error(str(exc))
+    return PluginConfig(node_name=a.node_name, driver=driver, plugin_dir=a.plugin_dir, registry_dir=a.registry_dir, cdi_dir=a.cdi_dir,
+                        kubeconfig=a.kubeconfig, state_dir=a.state_dir, nvml_lib_dir=a.nvml_lib_dir, pool_name=a.pool_name,
+                        host_state_dir=a.host_state_dir, host_lib_dir=a.host_nvml_lib_dir, mig_mode=a.mig, k8s=a.k8s,
+                        faults=faults, health_interval=a.health_interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    if config.state_dir is not None and not config.state_dir.is_dir():
+        # checked here for a clear message; the library itself validates the contents at nvmlInit
+        print(f"error: --state-dir {config.state_dir}: no such directory", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    plugin = KubeletPlugin(config)
+    try:
+        plugin.start()
+        stop.wait()
+        log("signal received: stopping")
+    finally:
+        plugin.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""CDI specs for prepared claims: one JSON spec file per claim, one CDI device per allocated device."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CDI_VERSION = "0.6.0"
+CDI_CLASS = "device"
+
+
+@dataclass(frozen=True)
+class FakeNvmlMounts:
+    """What a container needs to run nvidia-ml-py against the fake library: paths as the NODE sees them.
+
+    Mounted at the same path inside the container, so the environment is valid on both sides (and a
+    process on the node given the same environment sees what the container sees)."""
+
+    lib_dir: Path | None
+    state_dir: Path | None
+
+    def env(self) -> list[str]:
+        env = []
+        if self.state_dir is not None:
+            env.append(f"FAKE_NVML_STATE_DIR={self.state_dir}")
+        if self.lib_dir is not None:
+            env.append(f"LD_LIBRARY_PATH={self.lib_dir}")
+        return env
+
+    def mounts(self) -> list[dict]:
+        mounts = []
+        if self.lib_dir is not None:
+            mounts.append({"hostPath": str(self.lib_dir), "containerPath": str(self.lib_dir), "options": ["ro", "nosuid", "nodev", "rbind"]})
+        if self.state_dir is not None:
+            # read-write: every NVML client takes the state directory's flock
+            mounts.append({"hostPath": str(self.state_dir), "containerPath": str(self.state_dir), "options": ["rw", "nosuid", "nodev", "rbind"]})
+        return mounts
+
+
+def cdi_kind(driver: str) -> str:
+    """`k8s.<driver>/device`: the vendor part is the driver name, prefixed as the kubelet helpers do."""
+    return f"k8s.{driver}/{CDI_CLASS}"
+
+
+def cdi_device_name(claim_uid: str, device_name: str) -> str:
+    """Unique across claims: the same device may be prepared again for a later claim before cleanup."""
+    return f"{claim_uid}-{device_name}"
+
+
+def cdi_device_id(driver: str, claim_uid: str, device_name: str) -> str:
+    return f"{cdi_kind(driver)}={cdi_device_name(claim_uid, device_name)}"
+
+
+def spec_file_name(driver: str, claim_uid: str) -> str:
+    return f"{cdi_kind(driver).replace('/', '_')}-claim_{claim_uid}.json"
+
+
+def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str]], mounts: FakeNvmlMounts) -> dict:
+    """The spec of a claim; `devices` are (device name, value of NVIDIA_VISIBLE_DEVICES)."""
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": cdi_kind(driver),
+        "devices": [
+            {"name": cdi_device_name(claim_uid, name),
+             "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}", *mounts.env()], "mounts": mounts.mounts()}}
+            for name, visible in devices
+        ],
+    }
+
+
+def write_spec(cdi_dir: Path, file_name: str, spec: dict) -> Path:
+    """Write atomically: the runtime may read the directory at any moment."""
+    cdi_dir.mkdir(parents=True, exist_ok=True)
+    path = cdi_dir / file_name
+    tmp = cdi_dir / f".{file_name}.tmp"
+    tmp.write_text(json.dumps(spec, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def remove_spec(cdi_dir: Path, file_name: str) -> None:
+    (cdi_dir / file_name).unlink(missing_ok=True)

@@ -1,0 +1,187 @@
+"""The plugin's gRPC services on the kubelet's sockets: registration, DRA v1 + v1beta1, health v1alpha1."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from fake_gpus.driver.kubeletplugin import cdi
+from fake_gpus.driver.kubeletplugin.checkpoint import Checkpoint
+from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
+from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver, DriverSettings
+from fake_gpus.driver.kubeletplugin.nvml import Nvml, library_dir, load_library
+from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
+from testbed.toolchain.versions import DEFAULT_MINOR
+
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+DRA_SOCKET = "dra.sock"
+CHECKPOINT = "checkpoint.json"
+
+
+def log(msg: str) -> None:
+    print(f"kubelet-plugin: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """Everything the command line sets."""
+
+    node_name: str
+    driver: str
+    plugin_dir: Path
+    registry_dir: Path
+    cdi_dir: Path
+    kubeconfig: str
+    state_dir: Path | None = None
+    nvml_lib_dir: Path | None = None
+    pool_name: str | None = None
+    host_state_dir: Path | None = None  # the state dir as the node (container runtime) sees it
+    host_lib_dir: Path | None = None
+    mig_mode: str = MIG_DYNAMIC
+    k8s: str = DEFAULT_MINOR
+    faults: frozenset[str] = frozenset()
+    health_interval: float = 10.0
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / DRA_SOCKET
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{self.driver}-reg.sock"
+
+
+class DraService:
+    """NodePrepareResources / NodeUnprepareResources for one API version's message module."""
+
+    def __init__(self, plugin: "KubeletPlugin", messages) -> None:
+        self.plugin = plugin
+        self.m = messages
+
+    def NodePrepareResources(self, request, context):
+        if "prepare-hangs" in self.plugin.config.faults:
+            self.plugin.hang(context)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault prepare-hangs: plugin stopping")
+        results = self.plugin.driver.prepare([ClaimRef(c.namespace, c.uid, c.name) for c in request.claims])
+        response = self.m.NodePrepareResourcesResponse()
+        for uid, result in results.items():
+            entry = response.claims[uid]
+            entry.error = result.error
+            for d in result.devices:
+                entry.devices.append(self.m.Device(request_names=d.request_names, pool_name=d.pool_name,
+                                                   device_name=d.device_name, cdi_device_ids=d.cdi_device_ids))
+        return response
+
+    def NodeUnprepareResources(self, request, context):
+        errors = self.plugin.driver.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in request.claims])
+        response = self.m.NodeUnprepareResourcesResponse()
+        for uid, error in errors.items():
+            response.claims[uid].error = error
+        return response
+
+
+class RegistrationService:
+    def __init__(self, plugin: "KubeletPlugin") -> None:
+        self.plugin = plugin
+
+    def GetInfo(self, request, context):
+        p = self.plugin
+        return p.protos.registration.PluginInfo(type="DRAPlugin", name=p.config.driver, endpoint=str(p.config.dra_socket),
+                                                supported_versions=list(SUPPORTED_VERSIONS))
+
+    def NotifyRegistrationStatus(self, request, context):
+        self.plugin.registered = request.plugin_registered
+        log(f"kubelet registration: {'registered' if request.plugin_registered else 'refused: ' + request.error}")
+        return self.plugin.protos.registration.RegistrationStatusResponse()
+
+
+class HealthService:
+    """Streams every device of the node as healthy; sends again whenever the device list changes."""
+
+    def __init__(self, plugin: "KubeletPlugin") -> None:
+        self.plugin = plugin
+
+    def NodeWatchResources(self, request, context):
+        h = self.plugin.protos.health
+        sent: list[str] | None = None
+        while context.is_active() and not self.plugin.stopping.is_set():
+            names = self.plugin.driver.device_names()
+            if names != sent:
+                now = int(time.time())
+                yield h.NodeWatchResourcesResponse(devices=[
+                    h.DeviceHealth(device=h.DeviceIdentifier(pool_name=self.plugin.pool_name, device_name=n),
+                                   health=h.HEALTHY, last_updated_time=now) for n in names])
+                sent = names
+            self.plugin.stopping.wait(self.plugin.config.health_interval)
+
+
+class KubeletPlugin:
+    """Owns NVML, the checkpoint and both gRPC servers; start() serves, stop() cleans up."""
+
+    def __init__(self, config: PluginConfig) -> None:
+        self.config = config
+        self.pool_name = config.pool_name or config.node_name
+        self.protos: KubeletProtos = load(config.k8s)
+        self.stopping = threading.Event()
+        self.registered: bool | None = None
+        self._servers: list[grpc.Server] = []
+        self._nvml: Nvml | None = None
+        self.driver: Driver
+
+    def start(self) -> None:
+        cfg = self.config
+        load_library(cfg.nvml_lib_dir, cfg.state_dir)
+        self._nvml = Nvml()
+        lib = cfg.host_lib_dir or (library_dir() if cfg.state_dir else None)  # a real node's containers get the library elsewhere
+        mounts = cdi.FakeNvmlMounts(lib, cfg.host_state_dir or (cfg.state_dir.resolve() if cfg.state_dir else None))
+        settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults)
+        api = api_client(cfg.kubeconfig)
+        self.driver = Driver(settings, self._nvml, Checkpoint(cfg.plugin_dir / CHECKPOINT).load(), lambda ns, n: read_claim(api, ns, n))
+        for d in (cfg.plugin_dir, cfg.registry_dir, cfg.cdi_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        dra = self._server()
+        for messages, grpc_mod in ((self.protos.dra_v1, self.protos.dra_v1_grpc), (self.protos.dra_v1beta1, self.protos.dra_v1beta1_grpc)):
+            grpc_mod.add_DRAPluginServicer_to_server(DraService(self, messages), dra)
+        self.protos.health_grpc.add_DRAResourceHealthServicer_to_server(HealthService(self), dra)
+        self._serve(dra, cfg.dra_socket)
+        # Registration last: the kubelet connects to the DRA socket as soon as it sees this one.
+        reg = self._server()
+        self.protos.registration_grpc.add_RegistrationServicer_to_server(RegistrationService(self), reg)
+        self._serve(reg, cfg.registration_socket)
+        log(f"serving {cfg.driver} for node {cfg.node_name}: {cfg.dra_socket}, {cfg.registration_socket}"
+            + (f"; faults: {', '.join(sorted(cfg.faults))}" if cfg.faults else ""))
+
+    def _server(self) -> grpc.Server:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kubelet-plugin"))
+        self._servers.append(server)
+        return server
+
+    def _serve(self, server: grpc.Server, socket: Path) -> None:
+        socket.unlink(missing_ok=True)  # left by a plugin that was killed
+        server.add_insecure_port(f"unix://{socket}")
+        server.start()
+
+    def hang(self, context) -> None:
+        """Block a call until the caller gives up or the plugin stops (the prepare-hangs fault)."""
+        done = threading.Event()
+        context.add_callback(done.set)
+        while not done.is_set() and not self.stopping.is_set():
+            done.wait(1.0)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for server in reversed(self._servers):  # registration first: the kubelet stops calling
+            server.stop(grace=2).wait()
+        for socket in (self.config.registration_socket, self.config.dra_socket):
+            socket.unlink(missing_ok=True)
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
+        log("stopped")
+

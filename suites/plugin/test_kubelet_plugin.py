@@ -1,0 +1,208 @@
+"""The kubelet plugin through its gRPC API, driven by a client acting as the kubelet over the real sockets.
+
+Claims live in a real API server (KWOK); devices in a fake NVML state directory, inspected through
+nvidia-ml-py in separate processes; CDI specs are read from the plugin's CDI directory.
+"""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from conftest import DRIVER, NODE, cdi_env, container_view
+from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId
+
+pytestmark = pytest.mark.cluster
+
+MIG_1G = "gpu-0-mig-1g10gb-3"  # 1g.10gb at memory slice 3 of GPU 0
+
+
+def prepared_devices(response, claim: ClaimId) -> list:
+    entry = response.claims[claim.uid]
+    assert entry.error == "", entry.error
+    return list(entry.devices)
+
+
+def spec_files(plugin) -> list:
+    return sorted(plugin.cdi_dir.glob("*.json")) if plugin.cdi_dir.exists() else []
+
+
+def read_spec(plugin) -> dict:
+    (path,) = spec_files(plugin)
+    return json.loads(path.read_text())
+
+
+def test_registration_names_the_driver_and_both_api_versions(start_plugin, state_dir, kubelet) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    info = k.get_info()
+    assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(plugin.dra_socket))
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    k.notify_registered(True)
+    assert plugin.registration_socket.is_socket() and plugin.dra_socket.is_socket()
+
+
+def test_dynamic_mig_prepare_creates_the_instance_at_its_placement_and_unprepare_removes_it(
+        start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    claim = make_claim([MIG_1G])
+    assert mig_instances(state_dir) == []
+
+    (device,) = prepared_devices(k.prepare([claim]), claim)
+    assert (list(device.request_names), device.pool_name, device.device_name) == (["gpu"], NODE, MIG_1G)
+    assert mig_instances(state_dir) == [{"minor": 0, "profile": "1g.10gb", "start": 3, "size": 1, "compute_instances": 1}]
+    spec = read_spec(plugin)
+    assert spec["cdiVersion"] >= "0.6.0" and spec["kind"] == f"k8s.{DRIVER}/device"
+    (cdi_id,) = device.cdi_device_ids
+    env = cdi_env(spec, cdi_id)
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    # a container given this CDI device sees exactly that one MIG device, on GPU 0
+    view = container_view(spec, cdi_id)
+    assert [(g["minor"], g["migs"]) for g in view] == [(0, [env["NVIDIA_VISIBLE_DEVICES"]])]
+
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == []
+    assert spec_files(plugin) == []
+
+
+def test_whole_gpu_prepare_exposes_only_that_gpu(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    claim = make_claim(["gpu-1"])
+    (device,) = prepared_devices(k.prepare([claim]), claim)
+    view = container_view(read_spec(plugin), device.cdi_device_ids[0])
+    assert [(g["minor"], g["migs"]) for g in view] == [(1, [])]
+    assert mig_instances(state_dir) == []
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+    assert spec_files(plugin) == []
+
+
+def test_prepare_twice_is_idempotent(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    claim = make_claim(["gpu-0-mig-3g40gb-4-7"])
+    first = prepared_devices(k.prepare([claim]), claim)
+    spec = read_spec(plugin)
+    second = prepared_devices(k.prepare([claim]), claim)
+    assert first == second
+    assert read_spec(plugin) == spec
+    assert len(mig_instances(state_dir)) == 1
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+    assert k.unprepare([claim]).claims[claim.uid].error == ""  # again: nothing left to do is success
+    assert mig_instances(state_dir) == []
+
+
+def test_unprepare_of_an_unknown_claim_succeeds(start_plugin, state_dir, kubelet) -> None:
+    k = kubelet(start_plugin(state_dir))
+    claim = ClaimId("nowhere", "00000000-0000-0000-0000-000000000000", "never-prepared")
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+
+
+def test_restart_between_prepare_and_unprepare_keeps_the_claim(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    plugin = start_plugin(state_dir)
+    claim = make_claim([MIG_1G, "gpu-1"])
+    devices = prepared_devices(kubelet(plugin).prepare([claim]), claim)
+    spec = read_spec(plugin)
+    plugin.kill9()
+    plugin.start()
+    k = kubelet(plugin)
+    assert prepared_devices(k.prepare([claim]), claim) == devices  # the checkpoint answers, nothing is created twice
+    assert len(mig_instances(state_dir)) == 1 and read_spec(plugin) == spec
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == [] and spec_files(plugin) == []
+    assert plugin.checkpoint["claims"] == {}
+
+
+def test_restart_unprepare_without_reprepare_cleans_up(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    plugin = start_plugin(state_dir)
+    claim = make_claim(["gpu-1-mig-2g20gb-2-3"])
+    prepared_devices(kubelet(plugin).prepare([claim]), claim)
+    plugin.kill9()
+    plugin.start()
+    assert kubelet(plugin).unprepare([claim]).claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == [] and spec_files(plugin) == []
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu-7", "does not exist"),
+    ("gpu-0-mig-3g40gb-2-5", "no placement"),
+    ("gpu-0-mig-9g90gb-0", "not offered"),
+])
+def test_prepare_of_a_device_that_does_not_exist_is_a_per_claim_error(
+        start_plugin, state_dir, kubelet, make_claim, mig_instances, device, message) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    bad, good = make_claim([device]), make_claim(["gpu-0"])
+    response = k.prepare([bad, good])
+    assert message in response.claims[bad.uid].error
+    assert prepared_devices(response, good)[0].device_name == "gpu-0"
+    assert mig_instances(state_dir) == []
+    assert k.unprepare([good]).claims[good.uid].error == ""
+
+
+def test_static_mig_device_destroyed_since_allocation_is_a_per_claim_error(
+        start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    # setup: a static-MIG node whose 1g.10gb at slice 3 was allocated, then destroyed by someone else
+    k = kubelet(start_plugin(state_dir, mig="static"))
+    claim = make_claim([MIG_1G])
+    response = k.prepare([claim])
+    assert "does not exist" in response.claims[claim.uid].error
+    assert mig_instances(state_dir) == []
+
+
+def test_claim_problems_are_per_claim_errors(start_plugin, state_dir, kubelet, make_claim, apiserver) -> None:
+    k = kubelet(start_plugin(state_dir))
+    unallocated = make_claim(["gpu-0"], allocate=False)
+    missing = ClaimId(apiserver.namespace, "11111111-1111-1111-1111-111111111111", "no-such-claim")
+    replaced = make_claim(["gpu-0"])
+    replaced = ClaimId(replaced.namespace, "22222222-2222-2222-2222-222222222222", replaced.name)
+    response = k.prepare([unallocated, missing, replaced])
+    assert "not allocated" in response.claims[unallocated.uid].error
+    assert "not found" in response.claims[missing.uid].error
+    assert "UID" in response.claims[replaced.uid].error
+
+
+def test_devices_of_other_drivers_and_pools_are_left_alone(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    k = kubelet(start_plugin(state_dir))
+    other_pool = make_claim([MIG_1G], pool="another-node")
+    assert prepared_devices(k.prepare([other_pool]), other_pool) == []
+    assert mig_instances(state_dir) == []
+
+
+def test_v1beta1_service_prepares_and_unprepares(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    claim = make_claim(["gpu-1-mig-1g10gb-0"])
+    response = k.prepare([claim], version="v1beta1")
+    assert type(response).DESCRIPTOR.full_name == "k8s.io.kubelet.pkg.apis.dra.v1beta1.NodePrepareResourcesResponse"
+    (device,) = prepared_devices(response, claim)
+    assert device.device_name == "gpu-1-mig-1g10gb-0"
+    assert mig_instances(state_dir) == [{"minor": 1, "profile": "1g.10gb", "start": 0, "size": 1, "compute_instances": 1}]
+    assert k.unprepare([claim], version="v1beta1").claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == []
+
+
+def test_health_stream_lists_every_device_as_healthy(start_plugin, state_dir, kubelet, protos) -> None:
+    k = kubelet(start_plugin(state_dir))
+    stream = k.watch_health()
+    try:
+        first = next(stream)
+    finally:
+        stream.cancel()
+    names = {d.device.device_name for d in first.devices}
+    assert {"gpu-0", "gpu-1", MIG_1G, "gpu-1-mig-7g80gb-0-7"} <= names
+    assert {d.device.pool_name for d in first.devices} == {NODE}
+    assert {d.health for d in first.devices} == {protos.health.HEALTHY}
+
+
+def test_sigterm_stops_serving_and_removes_the_sockets(start_plugin, state_dir, kubelet) -> None:
+    plugin = start_plugin(state_dir)
+    kubelet(plugin).get_info()
+    assert plugin.terminate() == 0
+    assert not plugin.registration_socket.exists() and not plugin.dra_socket.exists()
+    with plugin.client() as k, pytest.raises(grpc.RpcError) as err:
+        k.get_info(wait_for_ready=False)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
