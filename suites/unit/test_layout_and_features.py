@@ -1,0 +1,118 @@
+"""Layout parsing and the per-minor feature-gate table, checked against each release's own source."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed.clusters.features import FEATURE_GATES, RESOURCE_API_VERSIONS, feature_gates, runtime_config
+from testbed.clusters.layout import LayoutError, Mode, from_flags, load_layout, parse_node_flag
+from testbed.toolchain.goenv import go_binary, go_env
+from testbed.toolchain.versions import RELEASES
+
+LAYOUTS = Path(__file__).resolve().parents[2] / "clusters" / "layouts"
+
+
+def test_node_flag_defaults_to_whole_and_parses_modes() -> None:
+    assert parse_node_flag("a=h100-80gb:8").mode == Mode("whole")
+    assert parse_node_flag("a=h100-80gb:2:dynamic-mig").mode == Mode("dynamic-mig")
+    node = parse_node_flag("gpu-1=b200-180gb:4:static-mig:all-1g")
+    assert (node.name, node.board, node.count, node.mode) == ("gpu-1", "b200-180gb", 4, Mode("static-mig", "all-1g"))
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("a", "expected NAME=BOARD:COUNT:MODE"),
+        ("a=h100-80gb", "expected NAME=BOARD:COUNT:MODE"),
+        ("a=h100-80gb:x", "count 'x' is not a whole number"),
+        ("a=h100-80gb:0", "count 0 is out of range"),
+        ("a=h100-80gb:1:static-mig:", "unknown mode 'static-mig:'"),
+    ],
+)
+def test_bad_node_flags(flag: str, message: str) -> None:
+    with pytest.raises(LayoutError, match=re.escape(message)):
+        parse_node_flag(flag)
+
+
+def test_duplicate_node_names_are_refused() -> None:
+    with pytest.raises(LayoutError, match="used twice"):
+        from_flags(["a=h100-80gb:1", "a=b200-180gb:1"])
+
+
+def test_replicas_expand_to_numbered_nodes(tmp_path: Path) -> None:
+    file = tmp_path / "l.yaml"
+    file.write_text("nodes:\n  - {name: h, board: h100-80gb, count: 2, replicas: 3}\n")
+    assert [n.name for n in load_layout(file).nodes] == ["h-0", "h-1", "h-2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nodes: [", "is not valid YAML"),
+        ("- a\n", "expected a mapping"),
+        ("nodes: []\n", "'nodes' must be a non-empty list"),
+        ("gpus: 1\nnodes: [{name: a, board: h100-80gb, count: 1}]\n", "unknown key 'gpus'"),
+        ("nodes: [{name: a, board: h100-80gb}]\n", "missing key 'count'"),
+        ("nodes: [{name: a, board: h100-80gb, count: 1, replicas: 0}]\n", "replicas 0 must be"),
+    ],
+)
+def test_bad_layout_files(tmp_path: Path, text: str, message: str) -> None:
+    file = tmp_path / "bad.yaml"
+    file.write_text(text)
+    with pytest.raises(LayoutError, match=re.escape(message)) as err:
+        load_layout(file)
+    assert "\n" not in str(err.value)
+
+
+def test_shipped_layouts_load() -> None:
+    files = sorted(LAYOUTS.glob("*.yaml"))
+    assert files
+    for file in files:
+        assert load_layout(file).nodes
+
+
+def _kube_features_source(version: str) -> str:
+    out = subprocess.run([go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+                         env=go_env(), capture_output=True, text=True, cwd="/", check=True)
+    return (Path(json.loads(out.stdout)["Dir"]) / "pkg" / "features" / "kube_features.go").read_text()
+
+
+def _gate_specs(source: str, gate: str) -> list[dict[str, bool]]:
+    """Default and LockToDefault of each versioned spec of `gate` in kube_features.go (empty: no such gate)."""
+    match = re.search(rf"^\t{gate}: \{{\n(.*?)^\t\}},", source, re.M | re.S)
+    specs = []
+    for line in match.group(1).splitlines() if match else []:
+        code = line.split("//", 1)[0]  # comments mention future defaults
+        default = re.search(r"(?<!LockTo)Default: (true|false)", code)
+        if default:
+            locked = re.search(r"LockToDefault: (true|false)", code)
+            specs.append({"default": default.group(1) == "true", "locked": bool(locked) and locked.group(1) == "true"})
+    return specs
+
+
+@pytest.mark.parametrize("minor", sorted(RELEASES))
+def test_every_gate_we_set_exists_and_is_not_locked_in_that_release(minor: str) -> None:
+    source = _kube_features_source(RELEASES[minor].kubernetes)
+    for gate in feature_gates(minor):
+        specs = _gate_specs(source, gate)
+        assert specs, f"{gate} does not exist in {RELEASES[minor].kubernetes}: the component would refuse to start"
+        assert not specs[-1]["locked"], f"{gate} is locked in {minor}; setting it is pointless"
+
+
+@pytest.mark.parametrize("minor", sorted(RELEASES))
+def test_alpha_dra_gates_of_each_release_are_switched_on(minor: str) -> None:
+    source = _kube_features_source(RELEASES[minor].kubernetes)
+    wanted = ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity")
+    for gate in wanted:
+        specs = _gate_specs(source, gate)
+        if specs and not specs[-1]["default"]:
+            assert gate in FEATURE_GATES[minor], f"{gate} is off by default in {minor} but not switched on"
+
+
+def test_runtime_config_serves_every_resource_version() -> None:
+    assert runtime_config("1.34") == {f"resource.k8s.io/{v}": True for v in RESOURCE_API_VERSIONS}
