@@ -11,7 +11,7 @@ from testbed.clusters.base import DEFAULT_NAME, ClusterSpec
 from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
 
 EXIT_USAGE = 2
-BACKENDS = ("kwok",)
+BACKENDS = ("kwok", "kind")
 
 
 class UsageError(ValueError):

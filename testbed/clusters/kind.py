@@ -1,0 +1,412 @@
+"""kind backend: real kubelets in Docker containers, one worker per layout node, each with its own
+fake-NVML state directory mounted from the host.
+
+Pod networking: kind's default CNI is off; every node gets a ptp + host-local config of its own (one
+/24 per node, masquerading off-subnet traffic) and, after boot, routes to the other nodes' /24s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+
+from fake_gpus.catalog import get_board
+from fake_gpus.nvml.state import create_state_dir
+from testbed import progress
+from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
+from testbed.clusters.features import feature_gates, runtime_config
+from testbed.clusters.layout import Layout, NodeSpec
+from testbed.docker.engine import DockerError, docker, ensure_engine
+from testbed.templates import render_template
+from testbed.toolchain.resolve import ensure
+from testbed.toolchain.versions import release_for
+
+POD_SUBNET = "10.244.0.0/16"
+NVML_STATE_IN_NODE = "/var/lib/dra-testbed/nvml"
+NVML_LIB_IN_NODE = "/opt/dra-testbed/nvml"
+DRIVER_NAMESPACE = "dra-testbed-driver"
+DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
+NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
+CNI_CONF_IN_NODE = "/etc/cni/net.d/10-dra-testbed.conflist"
+READY_TIMEOUT = 300.0
+KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
+
+
+@dataclass(frozen=True)
+class Mount:
+    host: str
+    container: str
+    readonly: bool = False
+
+
+@dataclass
+class KindNode:
+    """One node of the kind config; `layout` names the layout node a worker stands for."""
+
+    role: str
+    index: int
+    layout: NodeSpec | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+
+
+def pod_cidr(index: int) -> str:
+    """The /24 of POD_SUBNET that node `index` (0 = control plane) hands out."""
+    return f"10.244.{index}.0/24"
+
+
+def cni_config(index: int) -> dict:
+    """ptp + host-local for node `index`; masquerading lets pods reach any node without more routes."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "dra-testbed",
+        "plugins": [
+            {"type": "ptp", "ipMasq": True, "mtu": 1500,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr(index)}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def node_labels(node: NodeSpec) -> dict[str, str]:
+    """Labels a GPU worker carries, the same keys the KWOK backend uses, plus the layout name."""
+    board = get_board(node.board)
+    labels = {
+        "dra-testbed.io/layout-node": node.name,
+        "dra-testbed.io/board": node.board,
+        "dra-testbed.io/gpu-count": str(node.count),
+        "dra-testbed.io/mode": node.mode.kind,
+        "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
+    }
+    if node.mode.mig_layout:
+        labels["dra-testbed.io/mig-layout"] = node.mode.mig_layout
+    return labels
+
+
+def provision_state(state: Path, node: NodeSpec) -> None:
+    """The node's simulated GPUs: a fresh state directory, with its static MIG layout made through NVML."""
+    shutil.rmtree(state, ignore_errors=True)
+    create_state_dir(state, [(node.board, node.count)])
+    if node.mode.kind == "static-mig":
+        from fake_gpus.driver import miglayout
+        from fake_gpus.driver.inventory import NvmlLibrary
+        from fake_gpus.nvml.build import SONAME, ensure_library
+
+        layouts = get_board(node.board).mig_layouts
+        if node.mode.mig_layout not in layouts:
+            raise ClusterError(f"node {node.name}: no MIG layout {node.mode.mig_layout!r} for {node.board}; valid: {', '.join(layouts)}")
+        with NvmlLibrary(ensure_library() / SONAME).session(state):
+            miglayout.apply_layout(dict(layouts[node.mode.mig_layout]))
+
+
+class KindCluster(Cluster):
+    """A kind cluster: control plane + one worker per layout node."""
+
+    backend = "kind"
+
+    @property
+    def kind_name(self) -> str:
+        return self.name
+
+    # -- tools ---------------------------------------------------------------------------------
+    def _kind_binary(self, minor: str) -> Path:
+        return ensure(minor, ["kind"]).path("kind")
+
+    def _kind(self, kind: Path, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+        env = dict(os.environ, KIND_EXPERIMENTAL_PROVIDER="docker")
+        out = subprocess.run([str(kind), *args], env=env, capture_output=True, text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            log = self.home / "kind.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as sink:
+                sink.write(f"$ kind {' '.join(args)}\n{out.stdout}{out.stderr}\n")
+            last = (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise ClusterError(f"kind {args[0]} {args[1] if len(args) > 1 else ''} failed: {last[0]} (log: {log})")
+        return out
+
+    def node_containers(self) -> list[str]:
+        """Names of this cluster's node containers (kind labels them with the cluster name)."""
+        try:
+            out = docker("ps", "-a", "--filter", f"label=io.x-k8s.kind.cluster={self.kind_name}", "--format", "{{.Names}}", check=False)
+        except DockerError:
+            return []
+        return sorted(line for line in out.stdout.split() if line)
+
+    # -- interface -----------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.home.exists() or bool(self.node_containers())
+
+    def plan_nodes(self, layout: Layout) -> list[KindNode]:
+        """Control plane plus one worker per layout node, with state dirs and CNI configs to mount."""
+        nodes = [KindNode("control-plane", 0)]
+        nodes += [KindNode("worker", i + 1, layout=n, labels=node_labels(n)) for i, n in enumerate(layout.nodes)]
+        for node in nodes:
+            folder = self.home / "nodes" / (node.layout.name if node.layout else "control-plane")
+            folder.mkdir(parents=True, exist_ok=True)
+            cni = folder / "cni.conflist"
+            cni.write_text(json.dumps(cni_config(node.index), indent=2) + "\n")
+            node.mounts.append(Mount(str(cni), CNI_CONF_IN_NODE, readonly=True))
+            if node.layout:
+                state = folder / "nvml"
+                provision_state(state, node.layout)
+                node.mounts.append(Mount(str(state), NVML_STATE_IN_NODE))
+                node.mounts.append(Mount(str(nvml_library()), NVML_LIB_IN_NODE, readonly=True))
+        return nodes
+
+    def render_config(self, spec: ClusterSpec, nodes: list[KindNode]) -> Path:
+        path = self.home / "kind.yaml"
+        path.write_text(render_template(
+            "kind.yaml.j2", cluster_name=self.kind_name, feature_gates=feature_gates(spec.k8s),
+            runtime_config=runtime_config(spec.k8s), apiserver_port=spec.apiserver_port,
+            pod_subnet=POD_SUBNET, nodes=[{"role": n.role, "labels": n.labels, "mounts": [asdict(m) for m in n.mounts]} for n in nodes],
+        ))
+        return path
+
+    def create(self, spec: ClusterSpec, force: bool = False, image: str | None = None) -> Path:
+        if spec.layout is None:
+            raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
+        release = release_for(spec.k8s)
+        try:
+            ensure_engine()
+        except DockerError as exc:
+            raise ClusterError(str(exc)) from exc
+        if self.exists():
+            if not force:
+                raise ClusterError(f"a kind cluster named {self.name!r} already exists; use another --name, "
+                                   f"`dra-testbed down --backend kind --name {self.name}`, or --force to replace it")
+            progress.note(f"replacing the existing kind cluster {self.name!r} (--force)")
+            self.delete()
+        if spec.apiserver_port and not port_is_free(spec.apiserver_port):
+            raise ClusterError(f"port {spec.apiserver_port} is busy; choose a free --port or leave it out for a random one")
+        kind = self._kind_binary(release.minor)
+        if image is None:
+            from testbed.images.build import ImageBuildError, ensure_node_image
+
+            try:
+                image = ensure_node_image(release.minor).reference
+            except ImageBuildError as exc:
+                raise ClusterError(str(exc)) from exc
+        self.home.mkdir(parents=True, exist_ok=True)
+        nodes = self.plan_nodes(spec.layout)
+        config = self.render_config(spec, nodes)
+        kubeconfig = self.home / "kubeconfig"
+        try:
+            with progress.step(f"kind create cluster {self.kind_name} ({len(nodes)} nodes, {image})"):
+                self._kind(kind, "create", "cluster", "--name", self.kind_name, "--image", image, "--config", str(config),
+                           "--kubeconfig", str(kubeconfig), "--retain", "--wait", f"{int(READY_TIMEOUT)}s",
+                           timeout=READY_TIMEOUT + 300)
+            kubeconfig.chmod(0o600)
+            with progress.step("routing pod subnets between nodes"):
+                self.add_routes()
+            with progress.step("waiting for every node to be Ready"):
+                self.wait_ready(len(nodes))
+            if not os.environ.get(NO_DRIVER_ENV):
+                self.deploy_driver(release.minor, spec.layout)
+            record = {"backend": self.backend, "name": self.name, "k8s": release.minor, "kubernetes": release.kubernetes,
+                      "image": image, "kind": str(kind),
+                      "layout": [dict(asdict(n), mode=str(n.mode)) for n in spec.layout.nodes],
+                      "nodes": {self.node_name(n): (n.layout.name if n.layout else "control-plane") for n in nodes}}
+            (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+            return kubeconfig
+        except BaseException as exc:
+            progress.note(f"[red]kind up failed ({exc}); collecting logs[/red]")
+            self.collect_failure_logs(kind)
+            if os.environ.get(KEEP_ON_FAILURE_ENV):
+                progress.note(f"[yellow]keeping the failed cluster ({KEEP_ON_FAILURE_ENV} is set)[/yellow]")
+            else:
+                self._teardown(kind, keep_home=True)
+            raise
+
+    def node_name(self, node: KindNode) -> str:
+        """kind's container (= Kubernetes node) name of a planned node."""
+        if node.role == "control-plane":
+            return f"{self.kind_name}-control-plane"
+        return f"{self.kind_name}-worker" + ("" if node.index == 1 else str(node.index))
+
+    def node_ips(self) -> dict[str, str]:
+        """Node container name -> its address on kind's Docker network."""
+        ips = {}
+        for name in self.node_containers():
+            out = docker("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name)
+            ips[name] = out.stdout.split()[0]
+        return ips
+
+    def add_routes(self) -> None:
+        """On every node, a route to each other node's pod /24 through that node."""
+        ips = self.node_ips()
+        index_of = {name: i for i, name in enumerate(self._ordered_nodes())}
+        for name in ips:
+            for other, ip in ips.items():
+                if other != name and other in index_of:
+                    docker("exec", name, "ip", "route", "replace", pod_cidr(index_of[other]), "via", ip)
+
+    def _ordered_nodes(self) -> list[str]:
+        """Node names in plan order (index 0 = control plane), from the rendered config's node count."""
+        workers = sum(1 for line in (self.home / "kind.yaml").read_text().splitlines() if line.strip() == "- role: worker")
+        return [f"{self.kind_name}-control-plane"] + [f"{self.kind_name}-worker" + ("" if i == 1 else str(i)) for i in range(1, workers + 1)]
+
+    def wait_ready(self, count: int, timeout: float = READY_TIMEOUT) -> None:
+        """Every node Ready and the default service account present."""
+        api = self.api_client()
+        try:
+            core = client.CoreV1Api(api)
+            deadline = time.monotonic() + timeout
+            while True:
+                nodes = core.list_node().items
+                ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))]
+                if len(ready) >= count and core.list_namespaced_service_account("default").items:
+                    return
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{len(ready)} of {count} nodes Ready after {timeout:.0f}s")
+                time.sleep(1)
+        finally:
+            api.close()
+
+    def deploy_driver(self, minor: str, layout: Layout, env: dict[str, str] | None = None) -> None:
+        """Build and load the driver image, apply classes, RBAC, policy and DaemonSets; wait for every
+        GPU node's plugin to run and its slices to appear."""
+        from fake_gpus.driver.identity import current_identity
+        from testbed.images.extra import ensure_driver_image
+
+        image = ensure_driver_image(minor)
+        self.load_images(image)
+        groups = []
+        for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
+            if any(n.mode.kind in modes for n in layout.nodes):
+                groups.append({"name": mig, "mig": mig, "modes": list(modes)})
+        manifest = self.home / "driver.yaml"
+        manifest.write_text(render_template(
+            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=groups,
+            image=image, state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=env or {}))
+        classes = self.home / "device-classes.json"
+        classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": current_identity().device_classes()}))
+        with progress.step(f"deploying the driver ({image})"):
+            self.kubectl("apply", "-f", str(classes))
+            self.kubectl("apply", "-f", str(manifest))
+            self.wait_driver(layout)
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """kubectl of the cluster's minor against this cluster."""
+        record = self.saved_spec() or {}
+        kubectl = ensure(record.get("k8s", "1.34"), ["kubectl"]).path("kubectl")
+        out = subprocess.run([str(kubectl), "--kubeconfig", str(self.home / "kubeconfig"), *args], capture_output=True, text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args[:2])} failed: {(out.stderr or out.stdout).strip()[-300:]}")
+        return out
+
+    def wait_driver(self, layout: Layout, timeout: float = READY_TIMEOUT) -> None:
+        """Every GPU node has a Ready driver pod and at least one ResourceSlice."""
+        api = self.api_client()
+        try:
+            core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+            wanted = {n.name for n in layout.nodes}
+            deadline = time.monotonic() + timeout
+            while True:
+                names = {n.metadata.name: n.metadata.labels.get("dra-testbed.io/layout-node")
+                         for n in core.list_node(label_selector="dra-testbed.io/layout-node").items}
+                pods = core.list_namespaced_pod(DRIVER_NAMESPACE).items
+                running = {names.get(p.spec.node_name) for p in pods
+                           if p.status.phase == "Running" and all(c.ready for c in (p.status.container_statuses or []))}
+                sliced = {names.get(s.spec.node_name) for s in resource.list_resource_slice().items}
+                if wanted <= running and wanted <= sliced:
+                    return
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"driver not up after {timeout:.0f}s: running on {sorted(x for x in running if x)}, "
+                                       f"slices for {sorted(x for x in sliced if x)}, wanted {sorted(wanted)}")
+                time.sleep(1)
+        finally:
+            api.close()
+
+    def load_images(self, *references: str) -> None:
+        """Copy local Docker images into every node's containerd (pods use them with pull policy Never)."""
+        record = self.saved_spec() or {}
+        kind = Path(record.get("kind") or self._kind_binary(record.get("k8s", "1.34")))
+        with progress.step(f"loading {len(references)} image(s) into the nodes"):
+            self._kind(kind, "load", "docker-image", "--name", self.kind_name, *references)
+
+    def collect_failure_logs(self, kind: Path | None = None) -> Path:
+        """`kind export logs` and a cluster dump into the cluster's home; returns the folder."""
+        folder = self.home / f"failure-{time.strftime('%Y%m%d-%H%M%S')}"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            kind = kind or self._kind_binary("1.34")
+            self._kind(kind, "export", "logs", str(folder / "kind-logs"), "--name", self.kind_name, check=False, timeout=300)
+        except Exception as exc:  # noqa: BLE001 - log collection must never mask the real failure
+            (folder / "export-error.txt").write_text(str(exc))
+        kubeconfig = self.home / "kubeconfig"
+        if kubeconfig.is_file():
+            try:
+                kubectl = ensure((self.saved_spec() or {}).get("k8s", "1.34"), ["kubectl"]).path("kubectl")
+                with (folder / "cluster-dump.txt").open("w") as sink:
+                    subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig), "cluster-info", "dump", "--all-namespaces"],
+                                   stdout=sink, stderr=subprocess.STDOUT, timeout=120)
+            except Exception as exc:  # noqa: BLE001
+                (folder / "dump-error.txt").write_text(str(exc))
+        progress.note(f"logs of the failed cluster: {folder}")
+        return folder
+
+    def delete(self) -> None:
+        record = self.saved_spec() or {}
+        kind = Path(record["kind"]) if record.get("kind") and Path(record["kind"]).is_file() else None
+        self._teardown(kind)
+
+    def _teardown(self, kind: Path | None, keep_home: bool = False) -> None:
+        """Delete the node containers (through kind when possible), kind's network when unused, our files."""
+        if self.node_containers():
+            if kind is None:
+                try:
+                    kind = self._kind_binary("1.34")
+                except Exception:  # noqa: BLE001 - fall back to removing containers directly
+                    kind = None
+            if kind is not None:
+                self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"), check=False)
+            for name in self.node_containers():
+                docker("rm", "-f", "-v", name, check=False)
+        remove_kind_network_if_unused()
+        if not keep_home:
+            shutil.rmtree(self.home, ignore_errors=True)
+        else:
+            (self.home / "kubeconfig.delete").unlink(missing_ok=True)
+
+    def status(self) -> ClusterStatus:
+        if not self.exists():
+            return ClusterStatus(self.name, self.backend, False, None, detail="no such cluster")
+        kubeconfig = self.home / "kubeconfig"
+        containers = self.node_containers()
+        try:
+            api = self.api_client()
+            try:
+                version = client.VersionApi(api).get_code().git_version
+                nodes = len(client.CoreV1Api(api).list_node().items)
+                slices = len(client.ResourceV1Api(api).list_resource_slice().items)
+            finally:
+                api.close()
+        except Exception as exc:  # noqa: BLE001 - any failure to talk means "not running"
+            return ClusterStatus(self.name, self.backend, False, kubeconfig if kubeconfig.exists() else None,
+                                 detail=f"apiserver unreachable ({type(exc).__name__}); node containers: {', '.join(containers) or 'none'}")
+        return ClusterStatus(self.name, self.backend, True, kubeconfig, version, nodes, slices,
+                             detail=f"node containers: {', '.join(containers)}")
+
+
+def nvml_library() -> Path:
+    """Host directory of the fake libnvidia-ml.so.1, mounted into every GPU node (CDI hands it on)."""
+    from fake_gpus.nvml.build import ensure_library
+
+    return ensure_library()
+
+
+def remove_kind_network_if_unused() -> None:
+    """Remove kind's Docker network once no container is attached to it (kind leaves it behind)."""
+    try:
+        out = docker("network", "inspect", "kind", "--format", "{{len .Containers}}", check=False)
+        if out.returncode == 0 and out.stdout.strip() == "0":
+            docker("network", "rm", "kind", check=False)
+    except DockerError:
+        pass

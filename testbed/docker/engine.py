@@ -1,0 +1,167 @@
+"""The Docker engine kind runs on: use a running one, else start Debian's dockerd with our own settings.
+
+A dockerd we start keeps its data under the dra-testbed cache (so built images survive between
+sessions), records its pid under the state dir, and runs containers through the capability-dropping
+runtime in capdrop_runtime.py, which lets `--privileged` containers start on hosts with a reduced
+capability bounding set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed import progress
+from testbed.cachedir import cache_root, state_root
+
+RUNTIME_NAME = "dra-testbed-runc"
+APT_PACKAGES = ("docker.io",)
+START_TIMEOUT = 60.0
+
+
+class DockerError(RuntimeError):
+    """The Docker engine is missing, would not start, or a docker command failed."""
+
+
+def engine_dir() -> Path:
+    """Settings, runtime wrapper and data root of a dockerd we start (under the cache: images persist)."""
+    return cache_root() / "docker"
+
+
+def run_dir() -> Path:
+    """Pid file and log of a dockerd we started."""
+    return state_root() / "docker"
+
+
+def docker(*args: str, check: bool = True, timeout: float | None = 600, capture: bool = True,
+           input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the docker CLI; DockerError with its last line of stderr when `check` and it fails."""
+    if not shutil.which("docker"):
+        raise DockerError("no `docker` command on PATH: install the docker client (Debian: docker.io)")
+    out = subprocess.run(["docker", *args], capture_output=capture, text=True, timeout=timeout, input=input)
+    if check and out.returncode != 0:
+        last = (out.stderr or out.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        raise DockerError(f"docker {' '.join(args[:2])} failed: {last[0]}")
+    return out
+
+
+def engine_running() -> bool:
+    """Whether a Docker engine answers on the client's default endpoint."""
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, timeout=30).returncode == 0
+
+
+def install_engine() -> None:
+    """Install Debian's docker.io with apt (needs root); the engine then comes from /usr/sbin/dockerd."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise DockerError("no dockerd: install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`) and retry")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    with progress.step("installing docker.io with apt-get"):
+        for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *APT_PACKAGES]):
+            out = subprocess.run(args, env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise DockerError(f"`{' '.join(args)}` failed: {(out.stderr or out.stdout).strip()[-300:]}")
+
+
+def write_runtime(real_runc: str) -> Path:
+    """Install the capability-dropping runtime as a standalone script pointing at `real_runc`."""
+    source = (Path(__file__).parent / "capdrop_runtime.py").read_text()
+    source = source.replace('DEFAULT_RUNC = "/usr/sbin/runc"', f"DEFAULT_RUNC = {real_runc!r}")
+    # dockerd's shims run it with a sparse environment: pin the interpreter, isolate it from site dirs
+    source = source.replace("#!/usr/bin/env python3", f"#!{sys.executable} -I", 1)
+    path = engine_dir() / RUNTIME_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    path.chmod(0o755)
+    return path
+
+
+def write_daemon_config(runtime: Path) -> Path:
+    """daemon.json: our data root, our runtime as the default one."""
+    config = {
+        "data-root": str(engine_dir() / "data"),
+        "exec-root": "/run/dra-testbed-docker",
+        "pidfile": str(run_dir() / "dockerd.daemon.pid"),  # dockerd's own; ours is dockerd.pid
+        "runtimes": {RUNTIME_NAME: {"path": str(runtime)}},
+        "default-runtime": RUNTIME_NAME,
+        "storage-driver": "overlay2",
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "20m", "max-file": "2"},
+    }
+    path = engine_dir() / "daemon.json"
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def started_pid() -> int | None:
+    """Pid of the dockerd we started, if it is still alive."""
+    try:
+        pid = int((run_dir() / "dockerd.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def ensure_engine() -> str:
+    """Make a Docker engine answer; returns "running" (someone else's or ours) or "started" (just now)."""
+    if engine_running():
+        return "running"
+    if not shutil.which("dockerd"):
+        install_engine()
+    dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
+    real_runc = shutil.which("runc") or "/usr/sbin/runc"
+    config = write_daemon_config(write_runtime(real_runc))
+    run_dir().mkdir(parents=True, exist_ok=True)
+    log = run_dir() / "dockerd.log"
+    with progress.step(f"starting dockerd (log: {log})") as step, log.open("a") as sink:
+        proc = subprocess.Popen([dockerd, "--config-file", str(config)], stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        (run_dir() / "dockerd.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + START_TIMEOUT
+        while not engine_running():
+            if proc.poll() is not None:
+                raise DockerError(f"dockerd exited with {proc.returncode}; see {log}")
+            if time.monotonic() > deadline:
+                stop_engine()
+                raise DockerError(f"dockerd did not answer within {START_TIMEOUT:.0f}s; see {log}")
+            step.update("waiting for the API")
+            time.sleep(0.5)
+    return "started"
+
+
+def stop_engine(timeout: float = 30.0) -> bool:
+    """Stop the dockerd this project started (never someone else's); True when one was stopped."""
+    pid = started_pid()
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    (run_dir() / "dockerd.pid").unlink(missing_ok=True)
+    return True
+
+
+def image_present(reference: str) -> bool:
+    """Whether the engine holds an image of this name."""
+    return docker("image", "inspect", reference, check=False).returncode == 0
+
+
+def privileged_works(image: str) -> tuple[bool, str]:
+    """Whether a `--privileged` container of `image` starts here (kind needs exactly this)."""
+    out = docker("run", "--rm", "--privileged", image, "true", check=False, timeout=120)
+    return out.returncode == 0, (out.stderr or "").strip()

@@ -1,0 +1,50 @@
+"""`dra-testbed image ...`: build and list the node, driver and workload images of the kind backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
+
+
+def cmd_image_build(args: argparse.Namespace) -> int:
+    from testbed.images.build import ensure_node_image
+    from testbed.images.extra import ensure_driver_image, ensure_workload_image
+
+    built = {"node": ensure_node_image(args.k8s, prefer_kindest=not args.offline, rebuild=args.rebuild).reference}
+    if not args.node_only:
+        built["workload"] = ensure_workload_image()
+        built["driver"] = ensure_driver_image()
+    print(json.dumps(built, indent=2))
+    return 0
+
+
+def cmd_engine_stop(args: argparse.Namespace) -> int:
+    from testbed.docker.engine import stop_engine
+
+    print("stopped the dockerd dra-testbed started" if stop_engine() else "no dockerd of ours is running", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `image build` and `image stop-engine` to the dra-testbed parser."""
+    image = sub.add_parser("image", help="kind node, driver and workload images (built offline)")
+    isub = image.add_subparsers(dest="image_command", required=True)
+    build = isub.add_parser("build", help="build (or find) the images a kind cluster of a minor needs")
+    build.add_argument("--k8s", choices=sorted(RELEASES), default=DEFAULT_MINOR)
+    build.add_argument("--offline", action="store_true", help="build our node image even when kindest/node is present")
+    build.add_argument("--rebuild", action="store_true", help="build again even when cached")
+    build.add_argument("--node-only", action="store_true", help="only the node image")
+    build.set_defaults(func=cmd_image_build)
+    stop = isub.add_parser("stop-engine", help="stop the dockerd dra-testbed started (never someone else's)")
+    stop.set_defaults(func=cmd_engine_stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m testbed.images build --k8s 1.34` until the main CLI registers this group."""
+    parser = argparse.ArgumentParser(prog="dra-testbed")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["image", *(argv if argv is not None else sys.argv[1:])])
+    return int(args.func(args) or 0)

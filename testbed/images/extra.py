@@ -1,0 +1,105 @@
+"""Workload and driver images on the Debian base root, with Python packages installed from the host.
+
+The host's Python and the image's are both CPython 3.11 on glibc 2.36 (bookworm), so `pip install
+--target` on the host yields a tree the image's python3 can import; no container needs the network.
+Tags carry a hash of their inputs, so an unchanged image is never rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from testbed import progress
+from testbed.docker.engine import ensure_engine, image_present
+from testbed.images.build import PATH_ENV, ImageBuildError, derive_image, ensure_base_image
+
+SITE_IN_IMAGE = "/opt/dra-testbed/python"
+NVML_IN_IMAGE = "/opt/dra-testbed/nvml"
+CACHE_IN_IMAGE = "/opt/dra-testbed/cache"  # the plugin finds its generated stubs here
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD_REPO = "dra-testbed/workload"
+DRIVER_REPO = "dra-testbed/driver"
+# the kubelet plugin's gRPC stack; pinned to the host's versions, which the suites were run with
+DRIVER_EXTRAS = ("grpcio", "protobuf")
+
+
+def _pip_install(target: Path, requirements: list[str], no_deps: bool = False) -> None:
+    args = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(target)]
+    if no_deps:
+        args.append("--no-deps")
+    out = subprocess.run([*args, *requirements], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ImageBuildError(f"pip install {' '.join(requirements)} failed: {out.stderr.strip()[-300:]}")
+
+
+def _pinned(name: str) -> str:
+    try:
+        return f"{name}=={metadata.version(name)}"
+    except metadata.PackageNotFoundError:
+        return name
+
+
+def _tree_hash(*paths: Path, extra: str = "") -> str:
+    digest = hashlib.sha256(extra.encode())
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        for file in files:
+            digest.update(str(file.relative_to(root.parent)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def ensure_workload_image() -> str:
+    """Debian base + nvidia-ml-py + nvml-report: prints what NVML shows as JSON (`--sleep` to stay up)."""
+    ensure_engine()
+    base = ensure_base_image()
+    report = Path(__file__).with_name("nvml_report.py")
+    reference = f"{WORKLOAD_REPO}:{_tree_hash(report, extra=base + _pinned('nvidia-ml-py'))}"
+    if image_present(reference):
+        return reference
+    with progress.step(f"building {reference}"), tempfile.TemporaryDirectory(prefix="dra-testbed-workload-") as tmp:
+        overlay = Path(tmp)
+        _pip_install(overlay / SITE_IN_IMAGE.lstrip("/"), [_pinned("nvidia-ml-py")], no_deps=True)
+        script = overlay / "usr/local/bin/nvml-report"
+        script.parent.mkdir(parents=True)
+        shutil.copy2(report, script)
+        script.chmod(0o755)
+        derive_image(base, overlay, reference, [f"ENV {PATH_ENV}", f"ENV PYTHONPATH={SITE_IN_IMAGE}",
+                                                'ENTRYPOINT ["/usr/bin/python3", "/usr/local/bin/nvml-report"]'])
+    return reference
+
+
+def ensure_driver_image(minor: str = "1.34") -> str:
+    """Debian base + our packages and their dependencies + the fake libnvidia-ml.so.1 + kubelet API stubs
+    of `minor` (generated on the host: the image has no Go to fetch the .proto files with)."""
+    from fake_gpus.driver.kubeletplugin.protos import ensure_protos, version_for
+    from fake_gpus.nvml.build import ensure_library
+
+    ensure_engine()
+    base = ensure_base_image()
+    library = ensure_library()
+    protos = ensure_protos(version_for(minor))
+    sources = [PROJECT_ROOT / "fake_gpus", PROJECT_ROOT / "testbed", PROJECT_ROOT / "pyproject.toml", library, protos]
+    pins = " ".join(_pinned(name) for name in DRIVER_EXTRAS)
+    reference = f"{DRIVER_REPO}:{_tree_hash(*sources, extra=base + pins)}"
+    if image_present(reference):
+        return reference
+    with progress.step(f"building {reference}") as step, tempfile.TemporaryDirectory(prefix="dra-testbed-driver-") as tmp:
+        overlay = Path(tmp)
+        step.update("pip install (our wheel and its dependencies)")
+        _pip_install(overlay / SITE_IN_IMAGE.lstrip("/"), [str(PROJECT_ROOT), *(_pinned(n) for n in DRIVER_EXTRAS)])
+        step.update("adding the fake NVML library")
+        nvml = overlay / NVML_IN_IMAGE.lstrip("/")
+        shutil.copytree(library, nvml, symlinks=True)
+        shutil.copytree(protos.parent, overlay / CACHE_IN_IMAGE.lstrip("/") / "protos" / protos.parent.name)
+        derive_image(base, overlay, reference, [
+            f"ENV {PATH_ENV}", f"ENV PYTHONPATH={SITE_IN_IMAGE}", f"ENV LD_LIBRARY_PATH={NVML_IN_IMAGE}",
+            f"ENV DRA_TESTBED_CACHE={CACHE_IN_IMAGE}",
+            'ENTRYPOINT ["/usr/bin/python3", "-m", "fake_gpus.driver.kubeletplugin"]'])
+    return reference

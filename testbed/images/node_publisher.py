@@ -1,0 +1,92 @@
+"""The driver DaemonSet's slice publisher: publishes THIS node's ResourceSlices from its NVML state.
+
+On kind, every node runs its own publisher next to its kubelet plugin, with the node's own service
+account token (which names the node, so the ValidatingAdmissionPolicy can hold it to its own slices).
+It reuses the driver's Publisher for the NVML -> slices half only: the state directory is the node's
+(mounted by the test bed), so nothing here creates hardware.
+
+    python3 -m testbed.images.node_publisher --node-name NODE --state-dir DIR [--kubeconfig in-cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from kubernetes import client, config
+
+from fake_gpus.driver.faults import active_faults
+from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.driver.publisher import POLL_SECONDS, Publisher, _state_stamp, node_config
+from fake_gpus.driver.slices import api_limits, server_minor
+
+SONAME = "libnvidia-ml.so.1"
+
+
+class NodePublisher(Publisher):
+    """A Publisher of one node whose state directory is given, not derived from a root."""
+
+    def __init__(self, *args, node_state_dir: Path, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.node_state_dir = node_state_dir
+
+    def state_dir(self, node: str) -> Path:
+        return self.node_state_dir
+
+
+def _api(kubeconfig: str) -> client.ApiClient:
+    if kubeconfig == "in-cluster":
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) -> int:
+    api = _api(kubeconfig)
+    limits = api_limits(server_minor(client.VersionApi(api).get_code()))
+    publisher = NodePublisher(api, NvmlLibrary(nvml_lib_dir / SONAME), state_dir, {}, current_identity(), active_faults(),
+                              limits, node_state_dir=state_dir)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: publisher.stop.set())
+    cfg = node_config(publisher.core.read_node(node_name))
+    if cfg is None:
+        print(f"node-publisher: node {node_name} carries no dra-testbed.io/board label; nothing to publish", file=sys.stderr, flush=True)
+        publisher.stop.wait()
+        return 0
+    # pick up what an earlier run of this pod published, so pool generations keep increasing
+    for item in publisher.resource.list_resource_slice(field_selector=f"spec.nodeName={node_name}").items:
+        if item.spec.driver == publisher.identity.driver:
+            generation, specs = publisher.published.get(node_name, (0, {}))
+            specs[item.metadata.name] = None
+            publisher.published[node_name] = (max(generation, item.spec.pool.generation), specs)
+    publisher.nodes[node_name] = cfg
+    print(f"node-publisher: publishing {node_name} ({cfg.board} x{cfg.count}, {cfg.mode.kind}) from {state_dir}", flush=True)
+    while not publisher.stop.is_set():
+        if _state_stamp(state_dir) != publisher.stamps.get(node_name):
+            publisher._guard(lambda: [f.result() for f in publisher.sync(cfg)])
+        publisher.stop.wait(POLL_SECONDS)
+    publisher.pool.shutdown(wait=False, cancel_futures=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m testbed.images.node_publisher", description=__doc__.splitlines()[0])
+    parser.add_argument("--node-name", required=True)
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--nvml-lib-dir", required=True, type=Path)
+    parser.add_argument("--kubeconfig", default="in-cluster")
+    args = parser.parse_args(argv)
+    while True:  # the API may not answer yet right after a node boots: retry start-up, never crash-loop fast
+        try:
+            return run(args.node_name, args.state_dir, args.nvml_lib_dir, args.kubeconfig)
+        except Exception as exc:  # noqa: BLE001
+            print(f"node-publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; retrying", file=sys.stderr, flush=True)
+            time.sleep(2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Print, as one JSON document, what NVML shows this process: the workload image's entry point.
+
+Standard library plus nvidia-ml-py only, since it runs inside the workload image. With --sleep it
+stays up afterwards, so a pod keeps its devices while a test inspects the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pynvml
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _mig_devices(handle) -> list[dict]:
+    found = []
+    for index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except pynvml.NVMLError_NotFound:
+            continue
+        found.append({
+            "uuid": _text(pynvml.nvmlDeviceGetUUID(mig)),
+            "name": _text(pynvml.nvmlDeviceGetName(mig)),
+            "memory_total": pynvml.nvmlDeviceGetMemoryInfo(mig).total,
+            "gpu_instance_id": pynvml.nvmlDeviceGetGpuInstanceId(mig),
+            "compute_instance_id": pynvml.nvmlDeviceGetComputeInstanceId(mig),
+        })
+    return found
+
+
+def report() -> dict:
+    """Devices NVML lists, with their MIG devices; an "error" key when NVML cannot start."""
+    out: dict = {"env": {k: v for k, v in os.environ.items() if k.startswith(("NVIDIA_", "FAKE_NVML_", "CUDA_"))}}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {**out, "error": f"nvmlInit: {exc}", "devices": []}
+    try:
+        out["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        devices = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+            except pynvml.NVMLError:  # boards without MIG answer NOT_SUPPORTED
+                current = 0
+            devices.append({
+                "index": index,
+                "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                "name": _text(pynvml.nvmlDeviceGetName(handle)),
+                "memory_total": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+                "mig_mode": current,
+                "mig_devices": _mig_devices(handle) if current else [],
+            })
+        out["devices"] = devices
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    print(json.dumps(report(), sort_keys=True), flush=True)
+    if "--sleep" in argv:
+        while True:
+            time.sleep(3600)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
