@@ -103,7 +103,7 @@ def test_busy_port_is_refused_before_anything_starts(cluster_name: str) -> None:
         (("--node", "n=h100-80gb:8:shared"), "unknown mode 'shared'; valid modes: whole, static-mig:<layout>, dynamic-mig"),
         (("--node", "n=h100-80gb:9:whole"), "count 9 is out of range; valid: 1 to 8"),
         (("--node", H100_NODE, "--k8s", "1.29"), "unknown Kubernetes minor '1.29'; valid: 1.34, 1.35, 1.36, 1.37"),
-        (("--node", "n=h100-80gb:8:dynamic-mig"), "mode dynamic-mig is not supported yet"),
+        (("--node", "n=h100-80gb:8:static-mig:nope"), "MIG layout 'nope' of h100-80gb is unknown; valid layouts: all-balanced"),
         (("--node", "Bad_Name=h100-80gb:8"), "not a valid DNS label"),
     ],
 )

@@ -1,0 +1,70 @@
+"""Fixtures for the driver suite: KWOK clusters of our own (names `drv-...`), always torn down."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+from kubernetes import client
+
+from testbed.clusters.base import ClusterSpec
+from testbed.clusters.kwok import KwokCluster
+from testbed.clusters.layout import Layout, parse_node_flag
+from testbed.pytest_plugin import TestBed
+
+
+@contextmanager
+def driver_cluster(minor: str, nodes: list[str], env: dict[str, str] | None = None) -> Iterator[TestBed]:
+    """A KWOK cluster of `minor` with `--node`-style `nodes`; `env` reaches the publisher (fault switches)."""
+    name = f"drv-{uuid.uuid4().hex[:8]}"
+    cluster = KwokCluster(name)
+    layout = Layout(tuple(parse_node_flag(n) for n in nodes), name=name)
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})  # the publisher process inherits the environment of `up`
+    try:
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout))
+    except BaseException:
+        cluster.delete()
+        raise
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    api = cluster.api_client()
+    try:
+        yield TestBed(name, kubeconfig, api, layout)
+    finally:
+        api.close()
+        cluster.delete()
+
+
+# The scheduling cluster: whole GPUs of two products, a static MIG node, dynamic H100 nodes.
+SCHEDULING_NODES = [
+    "whole-h100=h100-80gb:2:whole",
+    "whole-b200=b200-180gb:2:whole",
+    "static-h100=h100-80gb:1:static-mig:all-balanced",
+    "dyn-h100=h100-80gb:1:dynamic-mig",
+    "dyn-check=h100-80gb:1:dynamic-mig",
+    "dyn-check2=h100-80gb:1:dynamic-mig",
+]
+
+
+@pytest.fixture(scope="session")
+def scheduling_bed() -> Iterator[TestBed]:
+    with driver_cluster("1.34", SCHEDULING_NODES) as bed:
+        yield bed
+
+
+@pytest.fixture
+def bed_namespace(request: pytest.FixtureRequest) -> Iterator[tuple[TestBed, str]]:
+    """A fresh namespace on the bed named by the test's `bed` parameter fixture."""
+    bed: TestBed = request.getfixturevalue("scheduling_bed")
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    bed.core.create_namespace(body={"metadata": {"name": name}})
+    yield bed, name
+    bed.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))
