@@ -133,6 +133,18 @@ def cmd_toolchain_mirror(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from testbed.workloads.bundle import replay
+
+    bundle = Path(args.bundle)
+    if not bundle.is_dir():
+        raise UsageError(f"no replay bundle at {bundle}: expected a directory with layout.yaml and steps.json")
+    try:
+        return replay(bundle, k8s=args.k8s, keep=args.keep_cluster, kubeconfig=args.kubeconfig)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dra-testbed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     kubeconfig = sub.add_parser("kubeconfig", help="print the kubeconfig path of a cluster")
     cluster_args(kubeconfig)
     kubeconfig.set_defaults(func=cmd_kubeconfig)
+
+    replay = sub.add_parser("replay", help="re-run a failing property bundle on a fresh cluster (exit 1 if it still fails)")
+    replay.add_argument("bundle", help="bundle directory written by a failing property (see suites/properties)")
+    replay.add_argument("--k8s", type=_minor, default=None, help="Kubernetes minor (default: the bundle's, else the default)")
+    replay.add_argument("--kubeconfig", help="replay on this existing cluster instead of a fresh KWOK one")
+    replay.add_argument("--keep-cluster", action="store_true", help="leave the fresh cluster running afterwards")
+    replay.set_defaults(func=cmd_replay)
 
     toolchain = sub.add_parser("toolchain", help="binaries per Kubernetes minor")
     tsub = toolchain.add_subparsers(dest="toolchain_command", required=True)

@@ -1,0 +1,106 @@
+"""Scheduling properties on a live cluster: Hypothesis profiles, the shared property cluster, bundles.
+
+Profiles `ci`, `dev`, `nightly` are registered here; pick one with `--hypothesis-profile NAME` (when
+this directory is on the command line) or $DRA_TESTBED_HYPOTHESIS_PROFILE (always). The example
+database lives in $DRA_TESTBED_HYPOTHESIS_DB (default: Hypothesis's `.hypothesis/examples`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from kubernetes import client, config
+
+from testbed.clusters.base import ClusterSpec
+from testbed.clusters.kwok import KwokCluster
+from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.workloads.bundle import default_root, layout_from_nodes, layout_yaml
+
+PROFILE_ENV = "DRA_TESTBED_HYPOTHESIS_PROFILE"
+DB_ENV = "DRA_TESTBED_HYPOTHESIS_DB"
+
+_common = dict(
+    deadline=None,  # a step waits on a real scheduler; wall-clock deadlines would only measure the machine
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
+                           HealthCheck.filter_too_much],
+    print_blob=True,
+)
+if os.environ.get(DB_ENV):
+    _common["database"] = DirectoryBasedExampleDatabase(os.environ[DB_ENV])
+
+# ci keeps the whole properties suite within ~5 minutes on a 2-core machine
+settings.register_profile("ci", max_examples=12, stateful_step_count=6, **_common)
+settings.register_profile("dev", max_examples=4, stateful_step_count=4, **_common)
+settings.register_profile("nightly", max_examples=150, stateful_step_count=12, **_common)
+settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+
+# Whole GPUs of three boards, few enough that a handful of pods contend for them.
+WHOLE_LAYOUT = Layout((
+    NodeSpec("h100-0", "h100-80gb", 2, Mode("whole")),
+    NodeSpec("h200-0", "h200-141gb", 2, Mode("whole")),
+    NodeSpec("b200-0", "b200-180gb", 2, Mode("whole")),
+), name="properties-whole")
+
+
+@dataclass
+class PropertyBed:
+    """The cluster the properties run on."""
+
+    api: client.ApiClient
+    layout: Layout
+    layout_yaml: str
+    bundles: Path
+
+
+def _bring_up(request: pytest.FixtureRequest, layout: Layout, label: str) -> Iterator[PropertyBed]:
+    opts = request.config.option
+    bundles = default_root() / label
+    if opts.kubeconfig:
+        api = config.new_client_from_config(config_file=opts.kubeconfig)
+        try:
+            observed = layout_from_nodes(client.CoreV1Api(api))
+            yield PropertyBed(api, observed, layout_yaml(observed), bundles)
+        finally:
+            api.close()
+        return
+    cluster = KwokCluster(f"prop-{label}-{uuid.uuid4().hex[:6]}")
+    try:
+        cluster.create(ClusterSpec(name=cluster.name, k8s=opts.k8s, layout=layout))
+        api = cluster.api_client()
+        try:
+            yield PropertyBed(api, layout, layout_yaml(layout), bundles)
+        finally:
+            api.close()
+    finally:
+        if not opts.keep_cluster:
+            cluster.delete()
+
+
+@pytest.fixture(scope="session")
+def whole_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
+    """A KWOK cluster of whole GPUs shared by every example (each example has its own namespace)."""
+    yield from _bring_up(request, WHOLE_LAYOUT, "whole")
+
+
+def bundle_dir(bed: PropertyBed, request: pytest.FixtureRequest) -> Path:
+    """Where a failing example of this test leaves its replay bundle."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in request.node.name)
+    return bed.bundles / safe
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Name the replay bundle in the failure report, so a CI log says what to replay."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and call.excinfo is not None:
+        bundle = getattr(call.excinfo.value, "bundle", None)
+        if bundle:
+            report.sections.append(("replay bundle", f"dra-testbed replay {bundle}"))

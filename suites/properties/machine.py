@@ -1,0 +1,71 @@
+"""The arrivals-and-departures state machine, parameterised by the cluster it runs on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
+
+from testbed.workloads.model import SharedClaim
+from testbed.workloads.runner import Runner
+from testbed.workloads.strategies import claim_specs, pod_specs
+
+MAX_LIVE_PODS = 6
+
+
+def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, ...] = (), mig: bool = True,
+                       context: dict | None = None, stats: dict[str, int] | None = None) -> type[RuleBasedStateMachine]:
+    """A state machine class whose every example runs in a namespace of its own on `api`'s cluster.
+
+    Every rule is checked as it runs (the runner raises PropertyFailure): soundness after each step,
+    completeness and fallback on arrival, liveness after each departure.
+    """
+
+    class AllocationMachine(RuleBasedStateMachine):
+        pods = Bundle("pods")
+        shared = Bundle("shared")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {})).open()
+            self.made = 0
+
+        def _name(self, prefix: str) -> str:
+            self.made += 1
+            return f"{prefix}{self.made}"
+
+        @precondition(lambda self: len(self.runner.pods) < MAX_LIVE_PODS)
+        @rule(target=pods, data=st.data())
+        def arrive(self, data):
+            name = self._name("p")
+            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig=mig), label=name))
+            return name
+
+        @precondition(lambda self: len(self.runner.pods) < MAX_LIVE_PODS)
+        @rule(target=pods, claim=shared, data=st.data())
+        def arrive_sharing(self, claim, data):
+            name = self._name("p")
+            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig=mig), label=name))
+            return name
+
+        @rule(target=shared, data=st.data())
+        def add_shared_claim(self, data):
+            name = self._name("shared")
+            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig=mig), label=name)))
+            return name
+
+        @rule(pod=consumes(pods))
+        def depart(self, pod):
+            self.runner.depart(pod)
+
+        def teardown(self) -> None:
+            try:
+                self.runner.close()
+            finally:
+                if stats is not None:
+                    stats["examples"] = stats.get("examples", 0) + 1
+                    for key, value in self.runner.stats.items():
+                        stats[key] = stats.get(key, 0) + value
+
+    return AllocationMachine

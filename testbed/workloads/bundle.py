@@ -1,0 +1,121 @@
+"""Replay bundles: a failing workload as files, and running it again on a fresh cluster.
+
+A bundle directory holds `layout.yaml` (the cluster), `steps.json` (what the runner did, in order:
+enough to replay), `manifests.yaml` (the objects, for a human with kubectl), `violations.json`
+(expected vs observed per broken property), `observed.json` (pods, claims, slices at failure) and
+`context.json` (driver faults in force and the like).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import yaml
+
+from testbed.clusters.layout import Layout, load_layout
+
+BUNDLE_ROOT_ENV = "DRA_TESTBED_BUNDLES"
+FILES = ("layout.yaml", "steps.json", "manifests.yaml", "violations.json", "observed.json", "context.json")
+
+
+def default_root() -> Path:
+    """Where failing examples leave their bundles: $DRA_TESTBED_BUNDLES or ./.dra-testbed/bundles."""
+    return Path(os.environ.get(BUNDLE_ROOT_ENV) or Path.cwd() / ".dra-testbed" / "bundles")
+
+
+def layout_yaml(layout: Layout) -> str:
+    """A layout as the YAML `load_layout` reads."""
+    nodes = [{"name": n.name, "board": n.board, "count": n.count, "mode": str(n.mode)} for n in layout.nodes]
+    return yaml.safe_dump({"name": layout.name, "nodes": nodes}, sort_keys=False)
+
+
+def layout_from_nodes(core) -> Layout:
+    """The layout of a running test-bed cluster, read off the labels our backends put on GPU nodes."""
+    from testbed.clusters.layout import NodeSpec, parse_mode
+
+    nodes = []
+    for node in core.list_node(label_selector="dra-testbed.io/board").items:
+        labels = node.metadata.labels
+        nodes.append(NodeSpec(node.metadata.name, labels["dra-testbed.io/board"], int(labels["dra-testbed.io/gpu-count"]),
+                              parse_mode(labels.get("dra-testbed.io/mode", "whole"), node.metadata.name)))
+    return Layout(tuple(sorted(nodes, key=lambda n: n.name)), name="observed")
+
+
+def write_bundle(directory: Path, *, layout_yaml: str, steps: list[dict], manifests: list[dict], violations: list[dict],
+                 observed: dict, context: dict) -> Path:
+    """Replace `directory` with a bundle of this failure (the last failure wins: Hypothesis replays the
+    shrunk example last, so that is what stays)."""
+    tmp = directory.with_name(directory.name + f".tmp-{uuid.uuid4().hex[:6]}")
+    tmp.mkdir(parents=True)
+    (tmp / "layout.yaml").write_text(layout_yaml)
+    (tmp / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
+    (tmp / "manifests.yaml").write_text(yaml.safe_dump_all(manifests, sort_keys=False))
+    (tmp / "violations.json").write_text(json.dumps(violations, indent=2, default=str) + "\n")
+    (tmp / "observed.json").write_text(json.dumps(observed, indent=1, default=str) + "\n")
+    (tmp / "context.json").write_text(json.dumps(context, indent=2, default=str) + "\n")
+    if directory.exists():
+        shutil.rmtree(directory)
+    tmp.rename(directory)
+    return directory
+
+
+def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
+    """Layout, steps and context of a bundle; ValueError naming the missing file."""
+    for name in ("layout.yaml", "steps.json"):
+        if not (directory / name).is_file():
+            raise ValueError(f"{directory} is not a replay bundle: {name} is missing")
+    context_file = directory / "context.json"
+    context = json.loads(context_file.read_text()) if context_file.is_file() else {}
+    return load_layout(directory / "layout.yaml"), json.loads((directory / "steps.json").read_text()), context
+
+
+def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubeconfig: str | None = None) -> int:
+    """Bring up a fresh KWOK cluster with the bundle's layout (or use `kubeconfig`), re-run the steps.
+
+    Returns 1 when a property still fails, 0 when the replay passes.
+    """
+    from kubernetes import config
+
+    from fake_gpus.driver.faults import FAULTS_ENV
+    from testbed.clusters.base import ClusterSpec
+    from testbed.clusters.kwok import KwokCluster
+    from testbed.toolchain.versions import DEFAULT_MINOR
+    from testbed.workloads.runner import PropertyFailure, Runner
+
+    layout, steps, context = load_bundle(directory)
+    faults = context.get("faults") or ""
+    previous = os.environ.get(FAULTS_ENV)
+    if faults:
+        os.environ[FAULTS_ENV] = faults  # the publisher reads its faults when the cluster comes up
+    cluster = None
+    try:
+        if kubeconfig:
+            api = config.new_client_from_config(config_file=kubeconfig)
+        else:
+            cluster = KwokCluster(f"prop-replay-{uuid.uuid4().hex[:6]}")
+            cluster.create(ClusterSpec(name=cluster.name, k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout))
+            api = cluster.api_client()
+        runner = Runner(api, layout_yaml(layout), bundle_dir=None, context=context).open()
+        try:
+            runner.run_steps(steps)
+        except PropertyFailure as failure:
+            print(f"replay of {directory}: still failing\n{failure}", file=sys.stderr)
+            return 1
+        finally:
+            runner.close()
+            api.close()
+        print(f"replay of {directory}: passes ({len(steps)} steps)", file=sys.stderr)
+        return 0
+    finally:
+        if faults:
+            if previous is None:
+                os.environ.pop(FAULTS_ENV, None)
+            else:
+                os.environ[FAULTS_ENV] = previous
+        if cluster is not None and not keep:
+            cluster.delete()

@@ -1,0 +1,465 @@
+"""Drive a workload on a live cluster, one step at a time, and check every step against the oracle.
+
+Each runner owns one namespace (so examples can share a cluster) and records its steps; when a check
+fails it writes a replay bundle before raising. Between steps the cluster is quiescent: arrivals wait
+until the pod is scheduled or rejected, departures until the pod's claims are released, and pending
+pods that the model says now fit are waited for (liveness) before the next step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from fake_gpus.driver.identity import DriverIdentity, current_identity
+from testbed.waiting import WaitTimeout, wait_for
+from testbed.workloads.bundle import write_bundle
+from testbed.workloads.devices import DeviceId, Inventory
+from testbed.workloads.model import ADMIN_NAMESPACE_LABEL, ClaimSpec, PodSpec, SharedClaim
+from testbed.workloads.oracle import (
+    ModelTooLarge,
+    Result,
+    Solution,
+    Usage,
+    Violation,
+    check_claim,
+    check_classes,
+    check_usage,
+    class_selectors,
+    feasible_nodes,
+)
+
+BOUND_ENV = "DRA_TESTBED_SCHEDULE_BOUND"
+DEFAULT_BOUND = 30.0  # seconds the scheduler gets to place a pod the model says fits
+NAMESPACE_LABEL = "dra-testbed.io/properties"
+
+
+class PropertyFailure(AssertionError):
+    """One or more properties broke; `violations` say which, `bundle` where the replay bundle is."""
+
+    def __init__(self, violations: Sequence[Violation], bundle: Path | None) -> None:
+        self.violations = list(violations)
+        self.bundle = bundle
+        lines = [f"[{v.property}] {v.message}" + (f" (expected {v.expected!r}, observed {v.observed!r})" if v.expected is not None or v.observed is not None else "")
+                 for v in self.violations]
+        where = f"\nreplay bundle: {bundle}  (dra-testbed replay {bundle})" if bundle else ""
+        super().__init__("\n".join(lines) + where)
+
+
+@dataclass
+class ObservedClaim:
+    namespace: str
+    name: str
+    node: str | None
+    results: list[Result]
+    config: list[dict]
+    reserved_for: list[str]
+
+    @property
+    def owner(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _node_of(allocation: Mapping) -> str | None:
+    """The node an allocation is pinned to (the scheduler writes `metadata.name In [node]`)."""
+    for term in ((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []):
+        for field_ in term.get("matchFields") or []:
+            if field_.get("key") == "metadata.name" and field_.get("values"):
+                return field_["values"][0]
+    return None
+
+
+def observe_claims(resource: client.ResourceV1Api) -> list[ObservedClaim]:
+    """Every ResourceClaim of the cluster, with its allocation if it has one."""
+    serialize = resource.api_client.sanitize_for_serialization
+    claims = []
+    for item in resource.list_resource_claim_for_all_namespaces().items:
+        data = serialize(item)
+        status = data.get("status") or {}
+        allocation = status.get("allocation") or {}
+        devices = allocation.get("devices") or {}
+        results = [Result(r["request"], DeviceId(r["driver"], r["pool"], r["device"]), bool(r.get("adminAccess")))
+                   for r in devices.get("results") or []]
+        claims.append(ObservedClaim(
+            data["metadata"]["namespace"], data["metadata"]["name"], _node_of(allocation) if allocation else None,
+            results, devices.get("config") or [], [r["name"] for r in status.get("reservedFor") or []],
+        ))
+    return claims
+
+
+@dataclass
+class Snapshot:
+    inventory: Inventory
+    claims: list[ObservedClaim]
+
+    def allocated(self) -> list[ObservedClaim]:
+        return [c for c in self.claims if c.results]
+
+    def allocations(self) -> list[tuple[str, list[Result]]]:
+        return [(c.owner, c.results) for c in self.allocated()]
+
+    def claim(self, namespace: str, name: str) -> ObservedClaim | None:
+        return next((c for c in self.claims if c.namespace == namespace and c.name == name), None)
+
+
+@dataclass
+class Runner:
+    """One example's namespace on a live cluster, its pods and claims, and the checks after every step."""
+
+    api: client.ApiClient
+    layout_yaml: str
+    bundle_dir: Path | None = None
+    identity: DriverIdentity = field(default_factory=current_identity)
+    bound: float = field(default_factory=lambda: float(os.environ.get(BOUND_ENV, DEFAULT_BOUND)))
+    namespace: str = field(default_factory=lambda: f"prop-{uuid.uuid4().hex[:10]}")
+    pods: dict[str, PodSpec] = field(default_factory=dict)
+    shared: dict[str, SharedClaim] = field(default_factory=dict)
+    steps: list[dict] = field(default_factory=list)
+    # pods the model could not decide (too large a search): completeness is not claimed for them
+    undecided: set[str] = field(default_factory=set)
+    context: dict = field(default_factory=dict)  # extra facts for the bundle (faults, seed, ...)
+    # what the checks saw, for reports and for tests that a property was exercised at all
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.resource = client.ResourceV1Api(self.api)
+        self.classes = class_selectors(self.identity)
+        self._serialize = self.api.sanitize_for_serialization
+
+    # --- life cycle ---------------------------------------------------------------------------------
+
+    def open(self) -> Runner:
+        served = {c.metadata.name: [s.cel.expression for s in c.spec.selectors or []] for c in self.resource.list_device_class().items}
+        check_classes(self.identity, served)
+        labels = {NAMESPACE_LABEL: "true", ADMIN_NAMESPACE_LABEL: "true"}
+        self.core.create_namespace(body={"metadata": {"name": self.namespace, "labels": labels}})
+        wait_for(self.core.list_namespaced_service_account, lambda sa: True, namespace=self.namespace, name="default",
+                 timeout=30, what=f"default service account in {self.namespace}")
+        return self
+
+    def close(self) -> None:
+        """Delete every pod and claim of the namespace and wait until their devices are free again."""
+        try:
+            self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
+            self.resource.delete_collection_namespaced_resource_claim(self.namespace)
+            self._wait_until_empty(self.resource.list_namespaced_resource_claim, timeout=max(self.bound, 60))
+        finally:
+            try:
+                self.core.delete_namespace(self.namespace, body=client.V1DeleteOptions(grace_period_seconds=0))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def _wait_until_empty(self, list_func: Callable, timeout: float, name: str | None = None) -> None:
+        """Until nothing (or no object called `name`) is left in our namespace."""
+        self._await(list_func, lambda objects: not objects, timeout, name=name, what=f"{name or 'objects'} gone")
+
+    def _await(self, list_func: Callable, done: Callable[[dict], bool], timeout: float, *, name: str | None = None,
+               what: str = "condition") -> dict:
+        """List, then watch, our namespace's objects of `list_func` until `done(objects by name)` holds."""
+        selector = {"field_selector": f"metadata.name={name}"} if name else {}
+        deadline = time.monotonic() + timeout
+        while True:
+            listing = list_func(self.namespace, **selector)
+            objects = {i.metadata.name: i for i in listing.items}
+            if done(objects):
+                return objects
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what} in {self.namespace}; left: {sorted(objects)}")
+            # the client derives the item type from the list type's name, which fails for ResourceClaim: name it
+            stream = watch.Watch(return_type=_item_type(list_func))
+            try:
+                for event in stream.stream(list_func, self.namespace, **selector, resource_version=listing.metadata.resource_version,
+                                           timeout_seconds=max(1, int(remaining))):
+                    obj = event["object"]
+                    if event["type"] == "DELETED":
+                        objects.pop(obj.metadata.name, None)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        objects[obj.metadata.name] = obj
+                    if done(objects):
+                        return objects
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+            finally:
+                stream.stop()
+
+    # --- observation --------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(Inventory.from_api(self.resource), observe_claims(self.resource))
+
+    def _pod_claims(self, pod_name: str) -> dict[str, str]:
+        """Pod claim name -> ResourceClaim name, for the claims that exist so far."""
+        spec = self.pods[pod_name]
+        names = {c.name: c.shared for c in spec.claims if c.shared}
+        try:
+            pod = self.core.read_namespaced_pod(pod_name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return names
+            raise
+        for status in pod.status.resource_claim_statuses or []:
+            if status.resource_claim_name:
+                names[status.name] = status.resource_claim_name
+        return names
+
+    def _spec_of(self, pod: PodSpec, pod_claim: str) -> ClaimSpec:
+        entry = next(c for c in pod.claims if c.name == pod_claim)
+        return entry.template if entry.template is not None else self.shared[entry.shared].spec
+
+    def _pending_claims(self, pod: PodSpec, snap: Snapshot) -> tuple[list[ClaimSpec], list[str] | None]:
+        """The pod's claims still to allocate (pod order) and the nodes allowed by already allocated ones."""
+        claims, pinned = [], None
+        for entry in pod.claims:
+            observed = snap.claim(self.namespace, entry.shared) if entry.shared else None
+            if observed is not None and observed.results:
+                node = observed.node
+                pinned = [node] if pinned is None or pinned == [node] else []
+            else:
+                claims.append(self._spec_of(pod, entry.name))
+        return claims, pinned
+
+    def expected_nodes(self, pod: PodSpec, snap: Snapshot) -> dict[str, Solution] | None:
+        """Where the model says the pod fits now (None: too large to decide)."""
+        claims, pinned = self._pending_claims(pod, snap)
+        usage = Usage.of(snap.inventory, snap.allocations())
+        try:
+            return feasible_nodes(snap.inventory, claims, usage, self.classes, pinned)
+        except ModelTooLarge:
+            return None
+
+    # --- checks -------------------------------------------------------------------------------------
+
+    def soundness(self, snap: Snapshot) -> list[Violation]:
+        """Every allocation of ours satisfies its claim on its pod's node; nothing over-committed anywhere."""
+        problems = check_usage(snap.inventory, snap.allocations())
+        pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
+        for name, spec in self.pods.items():
+            pod = pods.get(name)
+            if pod is None:
+                continue
+            for pod_claim, claim_name in self._pod_claims(name).items():
+                observed = snap.claim(self.namespace, claim_name)
+                if observed is None or not observed.results:
+                    if pod.spec.node_name:
+                        problems.append(Violation("soundness", f"pod {name} is bound to {pod.spec.node_name} but claim {claim_name} is not allocated"))
+                    continue
+                claim = self._spec_of(spec, pod_claim)
+                node = observed.node
+                if pod.spec.node_name and node != pod.spec.node_name:
+                    problems.append(Violation("soundness", f"claim {claim_name} is allocated on {node}, its pod {name} runs on {pod.spec.node_name}",
+                                              pod.spec.node_name, node))
+                problems += check_claim(snap.inventory, claim, observed.results, node, self.classes, observed.owner)
+                problems += self._config_copied(claim, observed)
+        return problems
+
+    def _config_copied(self, claim: ClaimSpec, observed: ObservedClaim) -> list[Violation]:
+        wanted = [dict(ClaimSpec.config_entry(n, p, self.identity.driver), source="FromClaim") for n, p in claim.config]
+        got = [c for c in observed.config if c.get("source") == "FromClaim"]
+        normalize = lambda entries: sorted((sorted(e.get("requests") or []), e["opaque"]["driver"], repr(sorted(e["opaque"]["parameters"].items()))) for e in entries)  # noqa: E731
+        if normalize(wanted) != normalize(got):
+            return [Violation("soundness", f"{observed.owner}: claim config not carried into the allocation", wanted, got)]
+        return []
+
+    def fail_if(self, problems: list[Violation], snap: Snapshot | None = None) -> None:
+        if not problems:
+            return
+        bundle = None
+        if self.bundle_dir is not None:
+            snap = snap or self.snapshot()
+            bundle = write_bundle(self.bundle_dir, layout_yaml=self.layout_yaml, steps=self.steps,
+                                  manifests=self._manifests(), violations=[v.as_dict() for v in problems],
+                                  observed=self._observed(snap), context=self.context)
+        raise PropertyFailure(problems, bundle)
+
+    def _manifests(self) -> list[dict]:
+        docs = [s.manifest(self.identity.driver) for s in self.shared.values()]
+        for pod in self.pods.values():
+            docs += pod.manifests(self.identity.driver)
+        return docs
+
+    def _observed(self, snap: Snapshot) -> dict:
+        pods = self.core.list_namespaced_pod(self.namespace).items
+        return {
+            "pods": {p.metadata.name: {"node": p.spec.node_name, "conditions": [
+                {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message} for c in p.status.conditions or []]}
+                for p in pods},
+            "claims": {c.owner: {"node": c.node, "results": [{"request": r.request, "device": str(r.device), "admin": r.admin} for r in c.results],
+                                 "reservedFor": c.reserved_for} for c in snap.claims},
+            "slices": [self._serialize(s) for s in self.resource.list_resource_slice().items],
+        }
+
+    # --- steps --------------------------------------------------------------------------------------
+
+    def add_shared(self, claim: SharedClaim) -> None:
+        """Create a standalone claim that pods may reference (allocated with its first pod)."""
+        self.steps.append({"op": "shared", "claim": claim.name, "spec": claim.spec.describe()})
+        self.resource.create_namespaced_resource_claim(self.namespace, claim.manifest(self.identity.driver))
+        self.shared[claim.name] = claim
+
+    def arrive(self, pod: PodSpec) -> bool:
+        """Create the pod; check completeness, soundness and fallback. Returns whether it got scheduled."""
+        self.steps.append({"op": "arrive", "pod": pod.describe()})
+        before = self.snapshot()
+        self.pods[pod.name] = pod
+        expected = self.expected_nodes(pod, before)
+        for doc in pod.manifests(self.identity.driver):
+            if doc["kind"] == "ResourceClaimTemplate":
+                self.resource.create_namespaced_resource_claim_template(self.namespace, doc)
+            else:
+                self.core.create_namespaced_pod(self.namespace, doc)
+        if expected is None:
+            self.undecided.add(pod.name)
+            self._count("undecided")
+        fits = bool(expected)
+        try:
+            observed = wait_for(self.core.list_namespaced_pod, _scheduled if fits else _decided, namespace=self.namespace,
+                                name=pod.name, timeout=self.bound, what=f"pod {pod.name} {'scheduled' if fits else 'scheduled or rejected'}")
+        except WaitTimeout as exc:
+            if not fits:
+                raise  # the scheduler never even answered: an infrastructure problem, not a property
+            observed = self.core.read_namespaced_pod(pod.name, self.namespace)
+            self.fail_if([Violation("completeness", f"pod {pod.name} fits on {sorted(expected)} per the model but was not scheduled within {self.bound:.0f}s",
+                                    sorted(expected), _condition(observed) or str(exc))])
+        after = self.snapshot()
+        problems = self.soundness(after)
+        node = observed.spec.node_name
+        if node and expected is not None:
+            if node not in expected:
+                problems.append(Violation("soundness", f"pod {pod.name} was placed on {node}, where the model finds no room",
+                                          sorted(expected), node))
+            else:
+                problems += self._fallback(pod, before, after, expected[node], node)
+        self._count("scheduled" if node else "rejected")
+        self.fail_if(problems, after)
+        return bool(node)
+
+    def _fallback(self, pod: PodSpec, before: Snapshot, after: Snapshot, solution: Solution, node: str) -> list[Violation]:
+        """The chosen firstAvailable alternatives are the ones the model's search picks first on that node."""
+        ours = set(self._pod_claims(pod.name).values())
+        changed = {c.owner for c in after.allocated()} ^ {c.owner for c in before.allocated()}
+        if changed - {f"{self.namespace}/{n}" for n in ours}:
+            self._count("fallback-skipped")
+            return []  # something else moved concurrently: the node's state at decision time is unknown
+        claims = [(entry, self._pod_claims(pod.name).get(entry.name)) for entry in pod.claims]
+        to_allocate = [(entry, name) for entry, name in claims
+                       if not (entry.shared and (before.claim(self.namespace, entry.shared) or _EMPTY).results)]
+        problems = []
+        self._count("fallback-checked")
+        for (entry, name), expected_choice in zip(to_allocate, solution.choices):
+            observed = after.claim(self.namespace, name)
+            spec = self._spec_of(pod, entry.name)
+            chosen = []
+            for request in spec.requests:
+                names = {r.request for r in observed.results if r.request.split("/", 1)[0] == request.name}
+                index = next((i for i in range(len(request.alternatives)) if request.result_name(i) in names), -1)
+                chosen.append(index)
+            if tuple(chosen) != tuple(expected_choice):
+                labels = lambda choice: [spec.requests[i].result_name(c) if c >= 0 else None for i, c in enumerate(choice)]  # noqa: E731
+                problems.append(Violation("fallback", f"claim {name} on {node}: the first feasible alternatives were not chosen",
+                                          labels(expected_choice), labels(chosen)))
+        return problems
+
+    def depart(self, pod_name: str) -> None:
+        """Delete the pod; wait until its claims are released; then wait for pods that now fit (liveness)."""
+        self.steps.append({"op": "depart", "pod": pod_name})
+        claims = self._pod_claims(pod_name)
+        spec = self.pods.pop(pod_name)
+        self.core.delete_namespaced_pod(pod_name, self.namespace, grace_period_seconds=0)
+        self._wait_until_empty(self.core.list_namespaced_pod, max(self.bound, 60), name=pod_name)
+        for entry in spec.claims:
+            name = claims.get(entry.name)
+            if name is None:
+                continue
+            if entry.template is not None:
+                self._wait_until_empty(self.resource.list_namespaced_resource_claim, max(self.bound, 60), name=name)
+            else:
+                self._await(self.resource.list_namespaced_resource_claim,
+                            lambda objects: all(pod_name not in _reserved_for(c) for c in objects.values()),
+                            max(self.bound, 60), name=name, what=f"{name} released by {pod_name}")
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait until no pending pod fits per the model: each that does must get scheduled within the bound."""
+        while True:
+            snap = self.snapshot()
+            pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
+            pending = [name for name in self.pods if name in pods and not pods[name].spec.node_name]
+            fitting = {}
+            for name in pending:
+                expected = self.expected_nodes(self.pods[name], snap)
+                if expected:
+                    fitting[name] = sorted(expected)
+            if not fitting:
+                self.fail_if(self.soundness(snap), snap)
+                return
+            self._count("liveness-waits")
+            try:
+                self._await(self.core.list_namespaced_pod,
+                            lambda objects: any(objects[n].spec.node_name for n in pending if n in objects),
+                            self.bound, what="a pending pod to be scheduled")
+            except WaitTimeout:
+                self.fail_if([Violation("liveness", f"pending pods fit per the model but none was scheduled within {self.bound:.0f}s",
+                                        fitting, {n: _condition(pods[n]) for n in fitting})], snap)
+
+    def _count(self, key: str) -> None:
+        self.stats[key] = self.stats.get(key, 0) + 1
+
+    # --- replay -------------------------------------------------------------------------------------
+
+    def run_steps(self, steps: Iterable[dict]) -> None:
+        """Re-run recorded steps (a bundle's `steps`)."""
+        for step in steps:
+            if step["op"] == "shared":
+                self.add_shared(SharedClaim(step["claim"], ClaimSpec.from_description(step["spec"])))
+            elif step["op"] == "arrive":
+                self.arrive(PodSpec.from_description(step["pod"]))
+            elif step["op"] == "depart":
+                self.depart(step["pod"])
+            else:
+                raise ValueError(f"unknown step {step['op']!r}")
+
+
+class _Empty:
+    results: list = []
+
+
+_EMPTY = _Empty()
+
+
+def _scheduled(pod) -> bool:
+    return bool(pod.spec.node_name)
+
+
+def _decided(pod) -> bool:
+    """Scheduled, or the scheduler said why not (Unschedulable, or an error such as a CEL runtime error)."""
+    return bool(pod.spec.node_name) or any(c.type == "PodScheduled" and c.status == "False" for c in pod.status.conditions or [])
+
+
+def _condition(pod) -> str | None:
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled":
+            return f"{c.status} {c.reason}: {c.message}"
+    return None
+
+
+def _reserved_for(claim) -> list[str]:
+    return [r.name for r in (claim.status.reserved_for or [])] if claim.status else []
+
+
+def _item_type(list_func: Callable) -> str:
+    """The model class name of one item of what `list_func` lists (e.g. ResourceV1ResourceClaim)."""
+    list_type = inspect.signature(list_func).return_annotation
+    items = list_type.openapi_types["items"]
+    return items[items.index("[") + 1:-1]
