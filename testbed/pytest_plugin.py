@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.layout import Layout, load_layout
@@ -59,8 +59,9 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
     opts = request.config.option
     layout = load_layout(opts.layout) if opts.layout else None
     if opts.kubeconfig:
-        kubeconfig = Path(opts.kubeconfig)
-        api = config.new_client_from_config(config_file=str(kubeconfig))
+        existing = cluster_for("existing", "existing", opts.kubeconfig)
+        kubeconfig = existing.create(ClusterSpec(name="existing", layout=layout))  # checks it serves DRA
+        api = existing.api_client()
         yield TestBed("existing", kubeconfig, api, layout)
         api.close()
         return
