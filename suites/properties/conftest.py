@@ -48,6 +48,15 @@ WHOLE_LAYOUT = Layout((
     NodeSpec("b200-0", "b200-180gb", 2, Mode("whole")),
 ), name="properties-whole")
 
+# Partitionable (dynamic MIG) GPUs of two boards and a static MIG layout: counters and repartitioning.
+DYNAMIC_LAYOUT = Layout((
+    NodeSpec("dyn-h100", "h100-80gb", 1, Mode("dynamic-mig")),
+    NodeSpec("dyn-h200", "h200-141gb", 1, Mode("dynamic-mig")),
+    NodeSpec("static-h100", "h100-80gb", 1, Mode("static-mig", "all-balanced")),
+), name="properties-dynamic")
+# What the fault-bite tests bring up once per fault: one partitionable H100.
+FAULT_LAYOUT = Layout((NodeSpec("dyn-h100", "h100-80gb", 1, Mode("dynamic-mig")),), name="properties-fault")
+
 
 @dataclass
 class PropertyBed:
@@ -59,10 +68,11 @@ class PropertyBed:
     bundles: Path
 
 
-def _bring_up(request: pytest.FixtureRequest, layout: Layout, label: str) -> Iterator[PropertyBed]:
+def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: dict[str, str] | None = None) -> Iterator[PropertyBed]:
+    """A fresh KWOK cluster of `layout` (or the --kubeconfig cluster); `env` reaches the publisher (faults)."""
     opts = request.config.option
     bundles = default_root() / label
-    if opts.kubeconfig:
+    if opts.kubeconfig and env is None:
         api = config.new_client_from_config(config_file=opts.kubeconfig)
         try:
             observed = layout_from_nodes(client.CoreV1Api(api))
@@ -71,8 +81,17 @@ def _bring_up(request: pytest.FixtureRequest, layout: Layout, label: str) -> Ite
             api.close()
         return
     cluster = KwokCluster(f"prop-{label}-{uuid.uuid4().hex[:6]}")
+    saved = {k: os.environ.get(k) for k in (env or {})}
     try:
-        cluster.create(ClusterSpec(name=cluster.name, k8s=opts.k8s, layout=layout))
+        os.environ.update(env or {})  # the publisher process inherits the environment of `create`
+        try:
+            cluster.create(ClusterSpec(name=cluster.name, k8s=opts.k8s, layout=layout))
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         api = cluster.api_client()
         try:
             yield PropertyBed(api, layout, layout_yaml(layout), bundles)
@@ -86,7 +105,13 @@ def _bring_up(request: pytest.FixtureRequest, layout: Layout, label: str) -> Ite
 @pytest.fixture(scope="session")
 def whole_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
     """A KWOK cluster of whole GPUs shared by every example (each example has its own namespace)."""
-    yield from _bring_up(request, WHOLE_LAYOUT, "whole")
+    yield from bring_up(request, WHOLE_LAYOUT, "whole")
+
+
+@pytest.fixture(scope="session")
+def dynamic_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
+    """A KWOK cluster of partitionable and static MIG GPUs."""
+    yield from bring_up(request, DYNAMIC_LAYOUT, "dynamic")
 
 
 def bundle_dir(bed: PropertyBed, request: pytest.FixtureRequest) -> Path:

@@ -14,7 +14,7 @@ from testbed.workloads.strategies import claim_specs, pod_specs
 MAX_LIVE_PODS = 6
 
 
-def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, ...] = (), mig: bool = True,
+def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, ...] = (), mig_percent: int = 17,
                        context: dict | None = None, stats: dict[str, int] | None = None) -> type[RuleBasedStateMachine]:
     """A state machine class whose every example runs in a namespace of its own on `api`'s cluster.
 
@@ -39,20 +39,20 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
         @rule(target=pods, data=st.data())
         def arrive(self, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig=mig), label=name))
+            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig_percent=mig_percent), label=name))
             return name
 
         @precondition(lambda self: len(self.runner.pods) < MAX_LIVE_PODS)
         @rule(target=pods, claim=shared, data=st.data())
         def arrive_sharing(self, claim, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig=mig), label=name))
+            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig_percent=mig_percent), label=name))
             return name
 
         @rule(target=shared, data=st.data())
         def add_shared_claim(self, data):
             name = self._name("shared")
-            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig=mig), label=name)))
+            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig_percent=mig_percent), label=name)))
             return name
 
         @rule(pod=consumes(pods))

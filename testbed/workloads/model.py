@@ -4,7 +4,7 @@ read by the oracle, and stored in replay bundles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from testbed.workloads.selectors import AnySelector, from_description
 
@@ -135,6 +135,7 @@ class PodSpec:
     claims: tuple[PodClaim, ...]
     # containers, each naming the pod claims it uses (a claim may be used by several, or none)
     containers: tuple[tuple[str, ...], ...] = ()
+    node: str | None = None  # pinned with a nodeSelector on the node's hostname label
 
     def template_name(self, claim: PodClaim) -> str:
         return f"{self.name}-{claim.name}"
@@ -161,12 +162,13 @@ class PodSpec:
                     for i, names in enumerate(containers)
                 ],
                 "resourceClaims": pod_claims,
+                **({"nodeSelector": {"kubernetes.io/hostname": self.node}} if self.node else {}),
             },
         })
         return docs
 
     def describe(self) -> dict:
-        return {"name": self.name, "containers": [list(c) for c in self.containers],
+        return {"name": self.name, "node": self.node, "containers": [list(c) for c in self.containers],
                 "claims": [{"name": c.name, "template": c.template.describe() if c.template else None, "shared": c.shared}
                            for c in self.claims]}
 
@@ -174,7 +176,7 @@ class PodSpec:
     def from_description(cls, data: dict) -> PodSpec:
         claims = tuple(PodClaim(c["name"], ClaimSpec.from_description(c["template"]) if c["template"] else None, c["shared"])
                        for c in data["claims"])
-        return cls(data["name"], claims, tuple(tuple(c) for c in data["containers"]))
+        return cls(data["name"], claims, tuple(tuple(c) for c in data["containers"]), data.get("node"))
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,3 @@ class SharedClaim:
         return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": self.name},
                 "spec": self.spec.body(driver)}
 
-
-@dataclass
-class Workload:
-    """What a runner was asked to do, in order: the replayable part of a bundle."""
-
-    steps: list[dict] = field(default_factory=list)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import combinations
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from fake_gpus.driver.identity import DriverIdentity
 from testbed.workloads.devices import AttributeValue, CounterSetId, Device, DeviceId, Inventory, Version
@@ -321,8 +321,11 @@ def _jsonable(value: object) -> object:
 
 
 def check_claim(inventory: Inventory, claim: ClaimSpec, results: Sequence[Result], node: str,
-                classes: Mapping[str, Selector], owner: str) -> list[Violation]:
-    """Does an observed allocation satisfy its claim: selectors, counts, All, constraints, admin flag, node?"""
+                classes: Mapping[str, Selector], owner: str, truth: Callable[[Device], Device] | None = None) -> list[Violation]:
+    """Does an observed allocation satisfy its claim: selectors, counts, All, constraints, admin flag, node?
+
+    `truth` maps a published device to its real facts: selectors must hold on those too.
+    """
     problems: list[Violation] = []
     by_request: dict[str, list[Result]] = defaultdict(list)
     for result in results:
@@ -357,10 +360,12 @@ def check_claim(inventory: Inventory, claim: ClaimSpec, results: Sequence[Result
         for device in devices:
             if device_class is None or not device_class.matches(device):
                 problems.append(Violation("soundness", f"{owner}: {device.id} is not of class {alternative.device_class}"))
-            for selector in alternative.selectors:
-                if not selector.matches(device):
-                    problems.append(Violation("soundness", f"{owner}: {device.id} fails selector {selector.cel(device.driver)}",
-                                              selector.describe(), _device_facts(device)))
+            for facts in (device, truth(device)) if truth else (device,):
+                for selector in alternative.selectors:
+                    if not selector.matches(facts):
+                        real = " (on the board's real facts)" if facts is not device else ""
+                        problems.append(Violation("soundness", f"{owner}: {device.id} fails selector {selector.cel(device.driver)}{real}",
+                                                  selector.describe(), _device_facts(facts)))
         for result in got:
             if result.admin != alternative.admin_access:
                 problems.append(Violation("soundness", f"{owner}: {result.device} adminAccess {result.admin}, request asked {alternative.admin_access}"))

@@ -23,7 +23,8 @@ from fake_gpus.driver.identity import DriverIdentity, current_identity
 from testbed.waiting import WaitTimeout, wait_for
 from testbed.workloads.bundle import write_bundle
 from testbed.workloads.devices import DeviceId, Inventory
-from testbed.workloads.model import ADMIN_NAMESPACE_LABEL, ClaimSpec, PodSpec, SharedClaim
+from testbed.workloads.truth import physical_violations, true_device
+from testbed.workloads.model import ADMIN_NAMESPACE_LABEL, ClaimSpec, PodClaim, PodSpec, Request, SharedClaim, SubRequest
 from testbed.workloads.oracle import (
     ModelTooLarge,
     Result,
@@ -228,6 +229,8 @@ class Runner:
                 pinned = [node] if pinned is None or pinned == [node] else []
             else:
                 claims.append(self._spec_of(pod, entry.name))
+        if pod.node:
+            pinned = [pod.node] if pinned is None or pod.node in pinned else []
         return claims, pinned
 
     def expected_nodes(self, pod: PodSpec, snap: Snapshot) -> dict[str, Solution] | None:
@@ -243,7 +246,7 @@ class Runner:
 
     def soundness(self, snap: Snapshot) -> list[Violation]:
         """Every allocation of ours satisfies its claim on its pod's node; nothing over-committed anywhere."""
-        problems = check_usage(snap.inventory, snap.allocations())
+        problems = check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
         pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
         for name, spec in self.pods.items():
             pod = pods.get(name)
@@ -260,7 +263,7 @@ class Runner:
                 if pod.spec.node_name and node != pod.spec.node_name:
                     problems.append(Violation("soundness", f"claim {claim_name} is allocated on {node}, its pod {name} runs on {pod.spec.node_name}",
                                               pod.spec.node_name, node))
-                problems += check_claim(snap.inventory, claim, observed.results, node, self.classes, observed.owner)
+                problems += check_claim(snap.inventory, claim, observed.results, node, self.classes, observed.owner, true_device)
                 problems += self._config_copied(claim, observed)
         return problems
 
@@ -416,6 +419,34 @@ class Runner:
     def _count(self, key: str) -> None:
         self.stats[key] = self.stats.get(key, 0) + 1
 
+    def check_released(self, node: str) -> None:
+        """Repartitioning: with nothing of ours left on `node`, its counters are whole again and every GPU
+        can be taken as a full GPU at once."""
+        self.steps.append({"op": "released", "node": node})
+        snap = self.snapshot()
+        devices = {d.id for d in snap.inventory.on_node(node)}
+        held = [(c.owner, str(r.device)) for c in snap.allocated() for r in c.results if r.device in devices]
+        problems = []
+        if held:
+            problems.append(Violation("repartitioning", f"{node}: devices still allocated after every pod released them", [], held))
+        usage = Usage.of(snap.inventory, snap.allocations())
+        for counter_set, consumed in usage.consumed.items():
+            if counter_set.pool == node and any(consumed.values()):
+                problems.append(Violation("repartitioning", f"{counter_set}: counters still consumed after release",
+                                          0, {k: str(v) for k, v in consumed.items() if v}))
+        self.fail_if(problems, snap)
+        gpus = sum(1 for d in snap.inventory.on_node(node) if d.attribute("type") == "gpu")
+        if not gpus:
+            return
+        full = ClaimSpec((Request("full", (SubRequest("full", self.identity.gpu_class, count=gpus),)),))
+        name = f"full-{node}-{len(self.steps)}"
+        mark = len(self.steps)  # the probe pod is part of this step, not steps of its own (replay re-runs it)
+        if not self.arrive(PodSpec(name, (PodClaim("t0", template=full),), node=node)):
+            self.fail_if([Violation("repartitioning", f"{node}: its {gpus} full GPU(s) cannot be allocated after every partition was released",
+                                    "scheduled", _condition(self.core.read_namespaced_pod(name, self.namespace)))])
+        self.depart(name)
+        del self.steps[mark:]
+
     # --- replay -------------------------------------------------------------------------------------
 
     def run_steps(self, steps: Iterable[dict]) -> None:
@@ -427,6 +458,8 @@ class Runner:
                 self.arrive(PodSpec.from_description(step["pod"]))
             elif step["op"] == "depart":
                 self.depart(step["pod"])
+            elif step["op"] == "released":
+                self.check_released(step["node"])
             else:
                 raise ValueError(f"unknown step {step['op']!r}")
 

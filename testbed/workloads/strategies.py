@@ -89,9 +89,9 @@ def selectors(atoms: st.SearchStrategy) -> st.SearchStrategy:
 
 @st.composite
 def sub_requests(draw, name: str, *, identity: DriverIdentity | None = None, boards: tuple[str, ...] = (),
-                 mig: bool = True, admin: bool = False, max_count: int = 3) -> SubRequest:
+                 mig: bool = True, mig_percent: int = 17, admin: bool = False, max_count: int = 3) -> SubRequest:
     identity = identity or current_identity()
-    use_mig = mig and draw(st.integers(0, 5)) == 0
+    use_mig = mig and draw(st.integers(0, 99)) < mig_percent
     device_class = identity.mig_class if use_mig else identity.gpu_class
     atoms = mig_atoms(boards) if use_mig else gpu_atoms(boards)
     # mostly zero or one selector and one device, so that a handful of pods fit and then contend
@@ -158,3 +158,32 @@ def arrivals_and_departures(draw, max_steps: int = 6, **kwargs) -> list[tuple[st
             live.append(name)
             steps.append(("arrive", draw(pod_specs(name, **kwargs))))
     return steps
+
+
+# --- partitions (dynamic MIG) ------------------------------------------------------------------------
+
+
+def partition_choices(board_key: str) -> list[str | None]:
+    """The board's MIG profiles whose facts are all known (the driver offers only those), and None for
+    the full GPU."""
+    return [p.name for p in get_board(board_key).gpu_instance_profiles if p.complete] + [None]
+
+
+def _partition(identity: DriverIdentity, name: str, profile: str | None) -> SubRequest:
+    if profile is None:
+        return SubRequest(name, identity.gpu_class)
+    return SubRequest(name, identity.mig_class, (StringIs("profile", profile),))
+
+
+@st.composite
+def partition_pods(draw, name: str, board_key: str, node: str, identity: DriverIdentity | None = None) -> PodSpec:
+    """A pod pinned to `node` asking for one partition (a profile or the full GPU), or for the first
+    available of 2..4 of them (big-first lists exercise fallback as partitions fill up)."""
+    identity = identity or current_identity()
+    choices = partition_choices(board_key)
+    if draw(st.booleans()):
+        request = Request("r0", (_partition(identity, "r0", draw(st.sampled_from(choices))),))
+    else:
+        picks = draw(st.lists(st.sampled_from(choices), min_size=2, max_size=4, unique=True))
+        request = Request("r0", tuple(_partition(identity, f"s{i}", p) for i, p in enumerate(picks)), first_available=True)
+    return PodSpec(name, (PodClaim("t0", template=ClaimSpec((request,))),), node=node)

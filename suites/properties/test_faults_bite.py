@@ -1,0 +1,70 @@
+"""Each publisher fault switch makes the matching property fail: the properties can bite.
+
+One cluster per fault (a partitionable H100 published with the fault on); the property runs under
+Hypothesis without shrinking (the failure, not the minimal case, is what is asserted) and must raise
+PropertyFailure naming the right property. One bundle is replayed through `dra-testbed replay`, which
+must exit 1 because the bundle records the fault.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from fake_gpus.driver.faults import FAULTS_ENV, fault_env
+from fake_gpus.driver.identity import current_identity
+from suites.properties.conftest import FAULT_LAYOUT, bring_up
+from suites.properties.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases
+from testbed.workloads.runner import PropertyFailure
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+NODE, BOARD = "dyn-h100", "h100-80gb"
+# fault -> the property run against it
+PROPERTIES = {
+    "oversized-counters": "partition_churn",
+    "short-placement": "partition_churn",
+    "wrong-memory": "memory_selector",
+}
+BITE = settings(max_examples=40, phases=(Phase.explicit, Phase.generate), database=None, deadline=None,
+                suppress_health_check=list(settings().suppress_health_check))
+
+
+def _run(fault: str, bed, bundle: Path) -> None:
+    context = {"faults": fault_env([fault])[FAULTS_ENV]}
+
+    if PROPERTIES[fault] == "partition_churn":
+        @BITE
+        @given(case=partition_churn_cases({NODE: BOARD}))
+        def prop(case):
+            partition_churn(bed.api, bed.layout_yaml, bundle, case, context)
+    else:
+        @BITE
+        @given(case=memory_selector_cases([81559]))
+        def prop(case):
+            memory_selector(bed.api, bed.layout_yaml, bundle, case, current_identity().gpu_class, context)
+    prop()
+
+
+@pytest.mark.parametrize("fault", sorted(PROPERTIES))
+def test_property_fails_with_fault(fault: str, request, tmp_path) -> None:
+    bed_iter = bring_up(request, FAULT_LAYOUT, f"fault-{fault}", env=fault_env([fault]))
+    bed = next(bed_iter)
+    bundle = tmp_path / "bundle"
+    try:
+        with pytest.raises(PropertyFailure) as failure:
+            _run(fault, bed, bundle)
+        assert any(v.property == "soundness" for v in failure.value.violations), failure.value
+        assert (bundle / "steps.json").is_file() and (bundle / "violations.json").is_file()
+    finally:
+        next(bed_iter, None)  # tear the cluster down
+    if fault == "short-placement":
+        # the bundle replays on a fresh cluster with the recorded fault and still fails
+        replay = subprocess.run([sys.executable, "-m", "testbed.cli", "replay", str(bundle)], capture_output=True, text=True, timeout=600)
+        assert replay.returncode == 1, replay.stderr[-2000:]
+        assert "still failing" in replay.stderr

@@ -1,0 +1,39 @@
+"""Dynamic MIG on the real scheduler: partitions are disjoint, fallback picks the first that fits, and a
+board whose partitions are all released takes full-GPU claims again with its counters back at zero."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
+
+from suites.properties.conftest import bundle_dir
+from suites.properties.machine import allocation_machine
+from suites.properties.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def dynamic_nodes(dynamic_bed) -> dict[str, str]:
+    nodes = partitionable_nodes(dynamic_bed.api)
+    if not nodes:
+        pytest.skip("the cluster has no partitionable (dynamic MIG) GPUs")
+    return nodes
+
+
+@given(data=st.data())
+def test_partitions_are_released_whole(dynamic_bed, dynamic_nodes, request, data) -> None:
+    case = data.draw(partition_churn_cases(dynamic_nodes), label="case")
+    partition_churn(dynamic_bed.api, dynamic_bed.layout_yaml, bundle_dir(dynamic_bed, request), case)
+
+
+def test_arrivals_and_departures_on_mig(dynamic_bed, dynamic_nodes, request) -> None:
+    stats: dict[str, int] = {}
+    boards = tuple(sorted(set(dynamic_nodes.values())))
+    machine = allocation_machine(dynamic_bed.api, dynamic_bed.layout_yaml, bundle_dir(dynamic_bed, request),
+                                 boards=boards, mig_percent=60, stats=stats)
+    run_state_machine_as_test(machine)
+    print(f"MIG machine: {stats}")
+    assert stats.get("scheduled", 0) > 0, f"no example scheduled a pod: the properties were never exercised ({stats})"
