@@ -1,0 +1,62 @@
+"""Every board x mode published to the live API server of 1.34 and of 1.35: accepted, and shaped as each
+version requires (counters with their devices on 1.34, in slices of their own on 1.35)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from conftest import driver_cluster
+from fake_gpus.catalog import all_boards
+from fake_gpus.driver.launch import usable_layouts
+from testbed.pytest_plugin import TestBed
+
+pytestmark = pytest.mark.cluster
+
+
+def shape_nodes() -> list[str]:
+    """Per board: whole, dynamic MIG (3 GPUs: more than one 1.34 slice holds), every usable static layout."""
+    nodes = []
+    for i, board in enumerate(all_boards()):
+        nodes += [f"w{i}={board.key}:2:whole", f"d{i}={board.key}:3:dynamic-mig"]
+        nodes += [f"s{i}-{j}={board.key}:1:static-mig:{name}" for j, name in enumerate(usable_layouts(board))]
+    return nodes + ["d-h100-8=h100-80gb:8:dynamic-mig"]
+
+
+@pytest.fixture(scope="module", params=["1.34", "1.35"])
+def shape_bed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
+    with driver_cluster(request.param, shape_nodes()) as bed:
+        yield bed
+
+
+def test_every_node_has_a_complete_pool(shape_bed: TestBed) -> None:
+    # the bed came up, so the API server accepted every slice the publisher wrote
+    slices = shape_bed.resource.list_resource_slice().items
+    by_pool: dict[str, list] = {}
+    for s in slices:
+        by_pool.setdefault(s.spec.pool.name, []).append(s)
+    assert set(by_pool) == {n.name for n in shape_bed.layout.nodes}
+    for pool, members in by_pool.items():
+        assert {(s.spec.pool.generation, s.spec.pool.resource_slice_count) for s in members} == {(1, len(members))}, pool
+        assert all(s.spec.node_name == pool for s in members)
+
+
+def test_counters_sit_where_the_served_version_wants_them(shape_bed: TestBed) -> None:
+    from kubernetes import client
+
+    minor = int(client.VersionApi(shape_bed.api).get_code().minor.rstrip("+"))
+    for node in (n for n in shape_bed.layout.nodes if n.mode.kind == "dynamic-mig"):
+        members = [s for s in shape_bed.resource.list_resource_slice().items if s.spec.pool.name == node.name]
+        sets = [c.name for s in members for c in (s.spec.shared_counters or [])]
+        assert sorted(sets) == sorted(f"gpu-{i}-counter-set" for i in range(node.count))
+        if minor == 34:
+            for s in members:  # each device's counter set is in its own slice
+                local = {c.name for c in s.spec.shared_counters or []}
+                assert all(e.counter_set in local for d in s.spec.devices for e in d.consumes_counters)
+                assert sum(len(c.counters) for c in s.spec.shared_counters or []) <= 32
+            assert len(members) == (node.count + 1) // 2  # 15 counters per GPU: two GPUs per slice
+        else:
+            assert all(not (s.spec.shared_counters and s.spec.devices) for s in members)
+            assert all(len(s.spec.devices or []) <= 64 for s in members)
+            assert any(s.spec.shared_counters for s in members) and any(s.spec.devices for s in members)
