@@ -206,3 +206,63 @@ def test_sigterm_stops_serving_and_removes_the_sockets(start_plugin, state_dir, 
     with plugin.client() as k, pytest.raises(grpc.RpcError) as err:
         k.get_info(wait_for_ready=False)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+CREATE_1G_AT_3 = """
+import ctypes, json, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+pynvml.nvmlDeviceSetMigMode(h, pynvml.NVML_DEVICE_MIG_ENABLE)
+info = pynvml.nvmlDeviceGetGpuInstanceProfileInfoV(h, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, info.id, ctypes.pointer(pynvml.c_nvmlGpuInstancePlacement_t(3, 1)))
+pynvml.nvmlGpuInstanceCreateComputeInstance(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE)
+print(json.dumps([pynvml.nvmlDeviceGetUUID(h), info.id]))
+"""
+
+
+def crash_mid_prepare(plugin, claim: ClaimId, nvml_lib_dir, state_dir) -> None:
+    """Leave the node as a plugin killed inside prepare leaves it: checkpoint says PREPARING, instance exists."""
+    from conftest import run_nvml
+    from fake_gpus.driver.kubeletplugin.checkpoint import PREPARING, Checkpoint, ClaimRecord, MigRecord
+
+    plugin.kill9()
+    gpu_uuid, profile_id = run_nvml(CREATE_1G_AT_3, {"LD_LIBRARY_PATH": str(nvml_lib_dir), "FAKE_NVML_STATE_DIR": str(state_dir)})
+    checkpoint = Checkpoint(plugin.plugin_dir / "checkpoint.json").load()
+    checkpoint.claims[claim.uid] = ClaimRecord(claim.namespace, claim.name, PREPARING, planned=[MigRecord(gpu_uuid, profile_id, 3, 1)])
+    checkpoint.save()
+    plugin.start()
+
+
+def test_crash_inside_prepare_then_unprepare_leaks_nothing(start_plugin, state_dir, kubelet, make_claim, mig_instances, nvml_lib_dir) -> None:
+    plugin = start_plugin(state_dir)
+    claim = make_claim([MIG_1G])
+    crash_mid_prepare(plugin, claim, nvml_lib_dir, state_dir)
+    assert len(mig_instances(state_dir)) == 1
+    assert kubelet(plugin).unprepare([claim]).claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == [] and plugin.checkpoint["claims"] == {}
+
+
+def test_crash_inside_prepare_then_prepare_again_adopts_the_instance(start_plugin, state_dir, kubelet, make_claim, mig_instances, nvml_lib_dir) -> None:
+    plugin = start_plugin(state_dir)
+    claim = make_claim([MIG_1G])
+    crash_mid_prepare(plugin, claim, nvml_lib_dir, state_dir)
+    k = kubelet(plugin)
+    (device,) = prepared_devices(k.prepare([claim]), claim)
+    assert device.device_name == MIG_1G and len(mig_instances(state_dir)) == 1  # the half-made instance is reused
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == []  # ... and owned: unprepare destroys it
+
+
+def test_a_directory_that_is_no_state_dir_is_a_clear_start_error(node_dir, nvml_lib_dir) -> None:
+    import subprocess
+    import sys
+
+    empty = node_dir / "not-a-node"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", "n", "--state-dir", str(empty),
+                           "--nvml-lib-dir", str(nvml_lib_dir), "--plugin-dir", str(node_dir / "p"), "--registry-dir", str(node_dir / "r"),
+                           "--cdi-dir", str(node_dir / "c"), "--kubeconfig", str(node_dir / "none")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "kubelet plugin failed to start" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (node_dir / "r").exists() or list((node_dir / "r").iterdir()) == []

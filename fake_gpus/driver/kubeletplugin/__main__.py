@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     plugin = KubeletPlugin(config)
     try:
         plugin.start()
+    except Exception as exc:  # noqa: BLE001 - one line for the pod log, not a traceback
+        print(f"error: kubelet plugin failed to start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        plugin.stop()
+        return 1
+    try:
         stop.wait()
         log("signal received: stopping")
     finally:
