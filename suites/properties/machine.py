@@ -39,20 +39,20 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
         @rule(target=pods, data=st.data())
         def arrive(self, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig_percent=mig_percent), label=name))
+            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig_percent=mig_percent, admin=True), label=name))
             return name
 
         @precondition(lambda self: len(self.runner.pods) < MAX_LIVE_PODS)
         @rule(target=pods, claim=shared, data=st.data())
         def arrive_sharing(self, claim, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig_percent=mig_percent), label=name))
+            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig_percent=mig_percent, admin=True), label=name))
             return name
 
         @rule(target=shared, data=st.data())
         def add_shared_claim(self, data):
             name = self._name("shared")
-            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig_percent=mig_percent), label=name)))
+            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig_percent=mig_percent, admin=True), label=name)))
             return name
 
         @rule(pod=consumes(pods))
