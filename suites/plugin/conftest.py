@@ -179,7 +179,7 @@ class PluginProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=90)  # generous: a loaded machine is slow, and a kill would hide the exit code
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -201,7 +201,7 @@ def test_health_stream_lists_every_device_as_healthy(start_plugin, state_dir, ku
 def test_sigterm_stops_serving_and_removes_the_sockets(start_plugin, state_dir, kubelet) -> None:
     plugin = start_plugin(state_dir)
     kubelet(plugin).get_info()
-    assert plugin.terminate() == 0
+    assert plugin.terminate() == 0, "".join(plugin.lines[-30:])
     assert not plugin.registration_socket.exists() and not plugin.dra_socket.exists()
     with plugin.client() as k, pytest.raises(grpc.RpcError) as err:
         k.get_info(wait_for_ready=False)

@@ -100,7 +100,8 @@ class Driver:
         try:
             devices = [self._realize(ref.uid, plan, created) for plan in plans]
         except BaseException:
-            for inst in created:
+            # undo this attempt, including instances adopted from a crashed earlier one: nothing stays unowned
+            for inst in created + [p.existing for p in plans if p.adopt and p.existing is not None]:
                 self.nvml.destroy_instance(inst)
             del self.checkpoint.claims[ref.uid]
             self.checkpoint.save()
