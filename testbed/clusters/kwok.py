@@ -30,6 +30,7 @@ from testbed.toolchain.versions import release_for
 
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl")
 READY_TIMEOUT = 180.0
+FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 
 
 def kwok_workdir() -> Path:
@@ -153,9 +154,22 @@ class KwokCluster(Cluster):
             (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
             return kubeconfig
         except BaseException:
-            progress.note(f"[red]up failed; removing the partial cluster {self.name!r}[/red]")
+            kept = self._keep_failure_logs()
+            where = f" (component logs kept in {kept})" if kept else f" (set ${FAILURE_LOGS_ENV} to keep component logs)"
+            progress.note(f"[red]up failed; removing the partial cluster {self.name!r}{where}[/red]")
             self._teardown(toolchain.path("kwokctl"))
             raise
+
+    def _keep_failure_logs(self) -> Path | None:
+        """Copy component logs to $DRA_TESTBED_FAILURE_LOGS (when set) before a failed `up` removes them."""
+        root = os.environ.get(FAILURE_LOGS_ENV)
+        if not root:
+            return None
+        dest = Path(root) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        for source, name in ((self.kwok_dir / "logs", "logs"), (self.home, "home")):
+            if source.is_dir():
+                shutil.copytree(source, dest / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock"))
+        return dest
 
     def _start_control_plane(self, toolchain, spec: ClusterSpec) -> None:
         release = release_for(spec.k8s)
@@ -203,7 +217,10 @@ class KwokCluster(Cluster):
             if wanted <= ready and wanted <= sliced and accounts:
                 return
             if time.monotonic() > deadline:
-                raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices {sorted(sliced)}")
+                dead = sorted(name for name, pid in self.pids().items() if not _alive(pid))
+                raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices "
+                                   f"{sorted(sliced)}, default service account {'present' if accounts else 'missing'}"
+                                   f"{f', components exited: {dead}' if dead else ''}")
             time.sleep(0.2)
 
     def delete(self) -> None:
