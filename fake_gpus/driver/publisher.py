@@ -176,10 +176,18 @@ class Publisher:
 
     def load_published(self) -> None:
         """Pick up the pools a previous run published, so generations keep increasing."""
-        for s in self.resource.list_resource_slice(field_selector=f"spec.driver={self.identity.driver}").items:
-            generation, specs = self.published.get(s.spec.node_name or "", (0, {}))
-            specs[s.metadata.name] = None  # unknown content: the first sync rewrites it
-            self.published[s.spec.node_name or ""] = (max(generation, s.spec.pool.generation), specs)
+        token = None
+        while True:  # paged and undecoded: a thousand nodes' slices are hundreds of MB
+            page = json.loads(self.resource.list_resource_slice(
+                field_selector=f"spec.driver={self.identity.driver}", limit=200, _continue=token, _preload_content=False).data)
+            for s in page["items"]:
+                node = s["spec"].get("nodeName") or ""
+                generation, specs = self.published.get(node, (0, {}))
+                specs[s["metadata"]["name"]] = None  # unknown content: the first sync rewrites it
+                self.published[node] = (max(generation, s["spec"]["pool"]["generation"]), specs)
+            token = page["metadata"].get("continue")
+            if not token:
+                break
 
     def add(self, node) -> list[Future]:
         cfg = node_config(node)
