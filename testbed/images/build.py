@@ -159,7 +159,8 @@ def _node_overlay(release: Release, bins: Path, toolchain: dict[str, Path], paus
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
         target.chmod(mode)
-    for folder in ("etc/kubernetes/manifests", "etc/cni/net.d", "var/lib/kubelet", "etc/cdi", "var/run/cdi"):
+    # /var/run is a symlink to /run (a tmpfs in kind nodes): CDI specs there are made at run time
+    for folder in ("etc/kubernetes/manifests", "etc/cni/net.d", "var/lib/kubelet", "etc/cdi"):
         (overlay / folder).mkdir(parents=True, exist_ok=True)
     return overlay
 

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from testbed import progress
+from testbed.cachedir import cache_root
 from testbed.docker.engine import ensure_engine, image_present
 from testbed.images.build import PATH_ENV, ImageBuildError, derive_image, ensure_base_image
 
@@ -75,6 +76,19 @@ def ensure_workload_image() -> str:
     return reference
 
 
+def _python_deps(pins: str) -> Path:
+    """Our wheel's dependencies (plus DRIVER_EXTRAS) installed for the image's Python, cached by inputs;
+    our own packages are copied fresh on every build, so only a dependency change costs a pip run."""
+    key = hashlib.sha256(((PROJECT_ROOT / "pyproject.toml").read_bytes() + pins.encode())).hexdigest()[:12]
+    target = cache_root() / "images" / "python-deps" / key
+    if not target.is_dir():
+        partial = target.with_suffix(".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        _pip_install(partial, [str(PROJECT_ROOT), *pins.split()])
+        partial.rename(target)
+    return target
+
+
 def ensure_driver_image(minor: str = "1.34") -> str:
     """Debian base + our packages and their dependencies + the fake libnvidia-ml.so.1 + kubelet API stubs
     of `minor` (generated on the host: the image has no Go to fetch the .proto files with)."""
@@ -92,8 +106,13 @@ def ensure_driver_image(minor: str = "1.34") -> str:
         return reference
     with progress.step(f"building {reference}") as step, tempfile.TemporaryDirectory(prefix="dra-testbed-driver-") as tmp:
         overlay = Path(tmp)
-        step.update("pip install (our wheel and its dependencies)")
-        _pip_install(overlay / SITE_IN_IMAGE.lstrip("/"), [str(PROJECT_ROOT), *(_pinned(n) for n in DRIVER_EXTRAS)])
+        site = overlay / SITE_IN_IMAGE.lstrip("/")
+        step.update("Python dependencies")
+        shutil.copytree(_python_deps(pins), site, symlinks=True)
+        step.update("our packages")
+        for package in ("fake_gpus", "testbed"):
+            shutil.rmtree(site / package, ignore_errors=True)
+            shutil.copytree(PROJECT_ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         step.update("adding the fake NVML library")
         nvml = overlay / NVML_IN_IMAGE.lstrip("/")
         shutil.copytree(library, nvml, symlinks=True)

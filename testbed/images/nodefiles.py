@@ -38,6 +38,14 @@ if [[ ! -f /sys/fs/cgroup/cgroup.controllers ]]; then
   done
 fi
 
+# Lowering a process's oom_score_adj needs CAP_SYS_RESOURCE. Hosts whose bounding set lacks it make
+# every pod sandbox fail (runc init cannot apply kubelet's -998), unless containerd clamps the value.
+capbnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+if (( (16#$capbnd >> 24 & 1) == 0 )); then
+  say "no CAP_SYS_RESOURCE: containerd will not lower oom_score_adj"
+  sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' /etc/containerd/config.toml
+fi
+
 # every node of a cluster starts from the same image: give each its own machine id
 rm -f /etc/machine-id
 systemd-machine-id-setup >/dev/null 2>&1 || dbus-uuidgen --ensure=/etc/machine-id
@@ -48,6 +56,20 @@ nft=$( (iptables-nft-save 2>/dev/null || true) | grep -c '^-' || true)
 if (( legacy > nft )); then
   update-alternatives --set iptables /usr/sbin/iptables-legacy >/dev/null
   update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy >/dev/null
+fi
+
+# Docker's embedded DNS answers at 127.0.0.11 inside this network namespace only; pods (CoreDNS
+# above all, which would then query itself) need an address they can route to. Point the node's
+# resolver at the default gateway and extend Docker's DNAT rules to it and to pod traffic.
+gateway=$(ip -4 route show default | awk '{print $3; exit}')
+if [[ -n $gateway ]] && grep -q '^nameserver 127\.0\.0\.11' /etc/resolv.conf; then
+  iptables-save -t nat \
+    | sed -e "s/-d 127\.0\.0\.11/-d $gateway/g" \
+          -e 's/^-A OUTPUT \(.*\) -j DOCKER_OUTPUT$/&\n-A PREROUTING \1 -j DOCKER_OUTPUT/' \
+          -e "s/--to-source :53/--to-source $gateway:53/g" \
+    | iptables-restore || say "could not extend Docker's DNS rules to $gateway"
+  resolv=$(sed "s/^nameserver 127\.0\.0\.11/nameserver $gateway/" /etc/resolv.conf)
+  echo "$resolv" >/etc/resolv.conf  # a bind mount: rewrite in place, never replace
 fi
 
 exec "$@"
@@ -70,6 +92,8 @@ version = 3
   cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
   # nested containers on some hosts have no hugetlb controller
   tolerate_missing_hugepages_controller = true
+  # the entrypoint turns this on where the node lacks CAP_SYS_RESOURCE (see there)
+  restrict_oom_score_adj = false
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
