@@ -69,7 +69,7 @@ def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
     if not reused:
         cluster.create(ClusterSpec(name=CLUSTER_NAME, k8s=opts.k8s, layout=from_flags(LAYOUT_FLAGS)), force=True)
     workload = ensure_workload_image()
-    cluster.load_images(workload)
+    cluster.load_images(workload, workers_only=True)
     api = cluster.api_client()
     failed_before = request.session.testsfailed
     try:

@@ -276,7 +276,7 @@ class KindCluster(Cluster):
         from testbed.images.extra import ensure_driver_image
 
         image = ensure_driver_image(minor)
-        self.load_images(image)
+        self.load_images(image, workers_only=True)  # the control plane runs no driver
         groups = []
         for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
             if any(n.mode.kind in modes for n in layout.nodes):
@@ -324,12 +324,13 @@ class KindCluster(Cluster):
         finally:
             api.close()
 
-    def load_images(self, *references: str) -> None:
+    def load_images(self, *references: str, workers_only: bool = False) -> None:
         """Copy local Docker images into every node's containerd (pods use them with pull policy Never)."""
         record = self.saved_spec() or {}
         kind = Path(record.get("kind") or self._kind_binary(record.get("k8s", "1.34")))
         with progress.step(f"loading {len(references)} image(s) into the nodes"):
-            self._kind(kind, "load", "docker-image", "--name", self.kind_name, *references)
+            nodes = [n for n in self.node_containers() if not n.endswith("-control-plane")] if workers_only else []
+            self._kind(kind, "load", "docker-image", "--name", self.kind_name, *(["--nodes", ",".join(nodes)] if nodes else []), *references)
 
     def collect_failure_logs(self, kind: Path | None = None) -> Path:
         """`kind export logs` and a cluster dump into the cluster's home; returns the folder."""

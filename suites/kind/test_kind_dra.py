@@ -1,0 +1,168 @@
+"""DRA on real kubelets: the driver prepares claims, and a container sees its device through NVML."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from fake_gpus.catalog import get_board
+from fake_gpus.driver.identity import current_identity
+from fake_gpus.nvml.state import validate_state_dir
+from testbed.clusters.kind import DRIVER_NAMESPACE
+from testbed.waiting import wait_for
+
+pytestmark = [pytest.mark.kind, pytest.mark.slow]
+
+IDENTITY = current_identity()
+H100 = get_board("h100-80gb")
+MIG_PROFILE_1G10GB = 19  # nvidia-smi mig -lgip on H100 80GB
+
+
+def claim_template(name: str, device_class: str, selector: str) -> dict:
+    request = {"name": "gpu", "exactly": {"deviceClassName": device_class, "selectors": [{"cel": {"expression": selector}}]}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [request]}}}}
+
+
+def gpu_pod(name: str, image: str, layout_node: str, template: str) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"dra-testbed.io/layout-node": layout_node}, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "args": ["--sleep"],
+                            "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+        },
+    }
+
+
+def run_pod(bed, namespace: str, pod: dict) -> dict:
+    """Create the pod, wait until it runs, return what its container printed (NVML as JSON)."""
+    name = pod["metadata"]["name"]
+    bed.core.create_namespaced_pod(namespace, pod)
+    wait_for(bed.core.list_namespaced_pod, lambda p: p.status.phase == "Running", name=name, namespace=namespace,
+             what=f"pod {name} to run", timeout=180)
+    deadline = time.monotonic() + 30
+    while True:
+        lines = bed.core.read_namespaced_pod_log(name, namespace).strip().splitlines()
+        if lines:
+            return json.loads(lines[-1])
+        assert time.monotonic() < deadline, f"pod {name} printed nothing"
+        time.sleep(0.5)
+
+
+def allocated_device(bed, namespace: str, pod_name: str) -> str:
+    pod = bed.core.read_namespaced_pod(pod_name, namespace)
+    claim = bed.resource.read_namespaced_resource_claim(pod.status.resource_claim_statuses[0].resource_claim_name, namespace)
+    return claim.status.allocation.devices.results[0].device
+
+
+def delete_pod(bed, namespace: str, name: str) -> None:
+    bed.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            bed.core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"pod {name} not gone after 120s")
+
+
+def placement_of(device: str) -> tuple[int, int]:
+    """(start, size) from a MIG device name `gpu-<minor>-mig-<profile>-<start>[-<end>]`."""
+    match = re.search(r"-(\d+)(?:-(\d+))?$", device)
+    assert match, device
+    start = int(match.group(1))
+    return start, (int(match.group(2)) - start + 1) if match.group(2) else 1
+
+
+def gpu_instances(bed, layout_node: str) -> list[tuple[int, int, int]]:
+    """(profile id, start, size) of every GPU instance the node's NVML state holds."""
+    _, mig = validate_state_dir(bed.state_dir(layout_node))
+    return [(gi.profile_id, gi.start, gi.size) for gi in mig.gpu_instances]
+
+
+@pytest.fixture
+def namespace(kind_bed):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kind_bed.core.create_namespace({"metadata": {"name": name}})
+    yield name
+    kind_bed.core.delete_namespace(name, grace_period_seconds=0)
+
+
+def test_whole_h100_claim_shows_exactly_that_gpu(kind_bed, namespace) -> None:
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-h100", IDENTITY.gpu_class, f"device.attributes['{IDENTITY.driver}'].productName == '{H100.product_name}'"))
+    seen = run_pod(kind_bed, namespace, gpu_pod("whole", kind_bed.workload_image, "gpu-whole", "one-h100"))
+    assert "error" not in seen, seen
+    assert [d["name"] for d in seen["devices"]] == [H100.product_name]
+    gpus, _ = validate_state_dir(kind_bed.state_dir("gpu-whole"))
+    assert seen["devices"][0]["uuid"] == gpus[0].uuid
+    assert seen["devices"][0]["memory_total"] == H100.memory_mib * 2**20
+
+
+def test_dynamic_1g10gb_exists_while_the_pod_runs_and_not_after(kind_bed, namespace) -> None:
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    seen = run_pod(kind_bed, namespace, gpu_pod("mig", kind_bed.workload_image, "gpu-mig", "one-1g"))
+    assert "error" not in seen, seen
+    migs = [m for d in seen["devices"] for m in d["mig_devices"]]
+    assert len(migs) == 1, seen
+    profile = next(p for p in H100.gpu_instance_profiles if p.id == MIG_PROFILE_1G10GB)
+    assert migs[0]["memory_total"] == profile.memory_mib * 2**20
+    start, size = placement_of(allocated_device(kind_bed, namespace, "mig"))
+    assert gpu_instances(kind_bed, "gpu-mig") == [(MIG_PROFILE_1G10GB, start, size)]
+    delete_pod(kind_bed, namespace, "mig")
+    deadline = time.monotonic() + 60
+    while gpu_instances(kind_bed, "gpu-mig") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert gpu_instances(kind_bed, "gpu-mig") == []
+
+
+def test_two_pods_on_one_board_get_disjoint_partitions(kind_bed, namespace) -> None:
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    seen = [run_pod(kind_bed, namespace, gpu_pod(f"mig-{i}", kind_bed.workload_image, "gpu-mig", "one-1g")) for i in range(2)]
+    uuids = [m["uuid"] for s in seen for d in s["devices"] for m in d["mig_devices"]]
+    assert len(uuids) == 2 and len(set(uuids)) == 2, seen
+    placements = [placement_of(allocated_device(kind_bed, namespace, f"mig-{i}")) for i in range(2)]
+    slices = [set(range(start, start + size)) for start, size in placements]
+    assert not slices[0] & slices[1], placements
+    assert sorted(gpu_instances(kind_bed, "gpu-mig")) == sorted((MIG_PROFILE_1G10GB, s, n) for s, n in placements)
+    for i in range(2):
+        delete_pod(kind_bed, namespace, f"mig-{i}")
+
+
+def test_a_nodes_driver_cannot_write_another_nodes_slices(kind_bed) -> None:
+    """The admission policy: the driver's token on one node is refused for the other node's slices."""
+    pods = kind_bed.core.list_namespaced_pod(DRIVER_NAMESPACE).items
+    mine = next(p for p in pods if p.spec.node_name == kind_bed.worker("gpu-whole"))
+    other = kind_bed.worker("gpu-mig")
+    script = (
+        "import json\n"
+        "from kubernetes import client, config\n"
+        "config.load_incluster_config()\n"
+        "r = client.ResourceV1Api()\n"
+        "def body(node):\n"
+        "    return {'apiVersion': 'resource.k8s.io/v1', 'kind': 'ResourceSlice', 'metadata': {'generateName': 'probe-'},\n"
+        "            'spec': {'driver': 'probe.dra-testbed.io', 'nodeName': node, 'pool': {'name': node, 'generation': 1, 'resourceSliceCount': 1}, 'devices': []}}\n"
+        "for node in (%r, %r):\n"
+        "    try:\n"
+        "        made = r.create_resource_slice(body(node)); r.delete_resource_slice(made.metadata.name); print(node, 'allowed')\n"
+        "    except client.exceptions.ApiException as e:\n"
+        "        print(node, 'denied', e.status, json.loads(e.body)['message'])\n" % (mine.spec.node_name, other)
+    )
+    out = kind_bed.cluster.kubectl("-n", DRIVER_NAMESPACE, "exec", mine.metadata.name, "-c", "slice-publisher", "--",
+                                   "python3", "-c", script).stdout.split("\n")
+    assert f"{mine.spec.node_name} allowed" in out, out
+    denied = next((line for line in out if line.startswith(f"{other} denied")), "")
+    assert denied.startswith(f"{other} denied 403"), out
+    assert f"on node {mine.spec.node_name} may not write ResourceSlices of node {other}" in denied
