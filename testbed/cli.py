@@ -211,7 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `dra-testbed`."""
     from fake_gpus.catalog import CatalogError
-    from fake_gpus.driver.interim_publisher import ModeNotSupportedError
     from testbed.clusters.base import ClusterError
     from testbed.errors import UnknownNameError
     from testbed.clusters.layout import LayoutError
@@ -221,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UsageError, LayoutError, CatalogError, UnknownVersionError, ModeNotSupportedError, UnknownNameError) as exc:
+    except (UsageError, LayoutError, CatalogError, UnknownVersionError, UnknownNameError) as exc:
         return _fail(str(exc))
     except (ClusterError, ToolchainError) as exc:
         return _fail(str(exc), 1)
