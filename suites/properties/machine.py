@@ -15,7 +15,8 @@ MAX_LIVE_PODS = 6
 
 
 def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, ...] = (), mig_percent: int = 17,
-                       context: dict | None = None, stats: dict[str, int] | None = None) -> type[RuleBasedStateMachine]:
+                       context: dict | None = None, stats: dict[str, int] | None = None,
+                       all_in_fallback: bool = True) -> type[RuleBasedStateMachine]:
     """A state machine class whose every example runs in a namespace of its own on `api`'s cluster.
 
     Every rule is checked as it runs (the runner raises PropertyFailure): soundness after each step,
@@ -39,20 +40,20 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
         @rule(target=pods, data=st.data())
         def arrive(self, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig_percent=mig_percent, admin=True), label=name))
+            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name))
             return name
 
         @precondition(lambda self: len(self.runner.pods) < MAX_LIVE_PODS)
         @rule(target=pods, claim=shared, data=st.data())
         def arrive_sharing(self, claim, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig_percent=mig_percent, admin=True), label=name))
+            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name))
             return name
 
         @rule(target=shared, data=st.data())
         def add_shared_claim(self, data):
             name = self._name("shared")
-            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig_percent=mig_percent, admin=True), label=name)))
+            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name)))
             return name
 
         @rule(pod=consumes(pods))

@@ -10,6 +10,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from suites.properties.conftest import bundle_dir
 from suites.properties.machine import allocation_machine
+from testbed.workloads.upstream import all_in_later_alternative_works
 from suites.properties.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
 
 pytestmark = pytest.mark.cluster
@@ -33,7 +34,8 @@ def test_arrivals_and_departures_on_mig(dynamic_bed, dynamic_nodes, request) -> 
     stats: dict[str, int] = {}
     boards = tuple(sorted(set(dynamic_nodes.values())))
     machine = allocation_machine(dynamic_bed.api, dynamic_bed.layout_yaml, bundle_dir(dynamic_bed, request),
-                                 boards=boards, mig_percent=60, stats=stats)
+                                 boards=boards, mig_percent=60, stats=stats,
+                                 all_in_fallback=all_in_later_alternative_works(dynamic_bed.api))
     run_state_machine_as_test(machine)
     print(f"MIG machine: {stats}")
     assert stats.get("scheduled", 0) > 0, f"no example scheduled a pod: the properties were never exercised ({stats})"

@@ -6,6 +6,8 @@ versions) so that selectors both hit and miss; names are short DNS labels so shr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from fake_gpus.catalog import BOARD_KEYS, all_boards, get_board
@@ -102,11 +104,17 @@ def sub_requests(draw, name: str, *, identity: DriverIdentity | None = None, boa
 
 
 @st.composite
-def requests(draw, name: str, **kwargs) -> Request:
-    """`exactly` (maybe with adminAccess), or `firstAvailable` with 2..8 alternatives."""
+def requests(draw, name: str, all_in_fallback: bool = True, **kwargs) -> Request:
+    """`exactly` (maybe with adminAccess), or `firstAvailable` with 2..8 alternatives.
+
+    `all_in_fallback=False` keeps allocationMode All out of alternatives after the first (a known
+    allocator bug of 1.34/1.35, see testbed.workloads.upstream).
+    """
     if draw(st.booleans()):
         alternatives = draw(st.integers(2, MAX_FIRST_AVAILABLE))
         subs = tuple(draw(sub_requests(f"s{i}", **dict(kwargs, admin=False))) for i in range(alternatives))
+        if not all_in_fallback:
+            subs = subs[:1] + tuple(replace(s, all_devices=False) for s in subs[1:])
         return Request(name, subs, first_available=True)
     return Request(name, (draw(sub_requests(name, **kwargs)),))
 

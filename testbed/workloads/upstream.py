@@ -1,0 +1,24 @@
+"""Known bugs of the scheduler's allocator that the properties found, by Kubernetes minor.
+
+Generators steer around a known bug on the minors that have it (so the suites keep testing everything
+else there), and a regression test pins each bug: it must fail where the bug is, and pass where fixed.
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+# k8s.io/dynamic-resource-allocation structured allocator, 1.34 and 1.35: when a firstAvailable
+# alternative other than the first uses allocationMode All, the recursion over "all" devices drops the
+# subrequest index and continues with the first alternative's device count, so the claim is allocated
+# fewer devices than All means (seen: 1 of 2 matching GPUs). Fixed in 1.36 (subRequestIndex is kept).
+ALL_IN_LATER_ALTERNATIVE_FIXED = (1, 36)
+
+
+def server_minor(api: client.ApiClient) -> tuple[int, int]:
+    info = client.VersionApi(api).get_code()
+    return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
+
+
+def all_in_later_alternative_works(api: client.ApiClient) -> bool:
+    return server_minor(api) >= ALL_IN_LATER_ALTERNATIVE_FIXED
