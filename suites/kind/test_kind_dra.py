@@ -166,3 +166,74 @@ def test_a_nodes_driver_cannot_write_another_nodes_slices(kind_bed) -> None:
     denied = next((line for line in out if line.startswith(f"{other} denied")), "")
     assert denied.startswith(f"{other} denied 403"), out
     assert f"on node {mine.spec.node_name} may not write ResourceSlices of node {other}" in denied
+
+
+def driver_pod_on(bed, node: str):
+    pods = bed.core.list_namespaced_pod(DRIVER_NAMESPACE).items
+    return next(p for p in pods if p.spec.node_name == node and p.metadata.deletion_timestamp is None)
+
+
+def cdi_specs(bed, layout_node: str) -> list[str]:
+    """CDI spec files of our driver on the node (in the node container's /var/run/cdi)."""
+    out = subprocess.run(["docker", "exec", bed.worker(layout_node), "ls", "/var/run/cdi"], capture_output=True, text=True)
+    return [name for name in out.stdout.split() if IDENTITY.driver in name]
+
+
+def test_killing_the_plugin_mid_run_loses_and_leaks_nothing(kind_bed, namespace) -> None:
+    """The plugin dies while a pod holds a MIG device; its successor still unprepares it cleanly."""
+    node = kind_bed.worker("gpu-mig")
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    seen = run_pod(kind_bed, namespace, gpu_pod("survivor", kind_bed.workload_image, "gpu-mig", "one-1g"))
+    assert len([m for d in seen["devices"] for m in d["mig_devices"]]) == 1
+    old = driver_pod_on(kind_bed, node)
+    kind_bed.core.delete_namespaced_pod(old.metadata.name, DRIVER_NAMESPACE, grace_period_seconds=0)
+    wait_for(kind_bed.core.list_namespaced_pod,
+             lambda p: p.spec.node_name == node and p.metadata.name != old.metadata.name and p.status.phase == "Running"
+             and all(c.ready for c in (p.status.container_statuses or [])),
+             namespace=DRIVER_NAMESPACE, what="a new driver pod on the node", timeout=120)
+    # the pod kept its device across the plugin's death
+    assert len(gpu_instances(kind_bed, "gpu-mig")) == 1
+    delete_pod(kind_bed, namespace, "survivor")
+    deadline = time.monotonic() + 60
+    while (gpu_instances(kind_bed, "gpu-mig") or cdi_specs(kind_bed, "gpu-mig")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert gpu_instances(kind_bed, "gpu-mig") == []
+    assert cdi_specs(kind_bed, "gpu-mig") == []
+
+
+@pytest.fixture
+def faulty_driver(kind_bed):
+    """Redeploys the driver with the fault switches given to the returned function; restores it after."""
+    from fake_gpus.driver.faults import fault_env
+    from fake_gpus.nvml.state import reset_state_dir
+    from suites.kind.conftest import LAYOUT_FLAGS
+    from testbed.clusters.layout import from_flags
+
+    layout = from_flags(LAYOUT_FLAGS)
+    yield lambda *faults: kind_bed.cluster.deploy_driver("1.34", layout, env=fault_env(faults))
+    kind_bed.cluster.deploy_driver("1.34", layout)
+    reset_state_dir(kind_bed.state_dir("gpu-mig"))  # whatever a fault left behind
+
+
+def test_fault_unprepare_leaks_is_caught(kind_bed, namespace, faulty_driver) -> None:
+    faulty_driver("unprepare-leaks")
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    run_pod(kind_bed, namespace, gpu_pod("leaky", kind_bed.workload_image, "gpu-mig", "one-1g"))
+    delete_pod(kind_bed, namespace, "leaky")
+    time.sleep(5)
+    # what test_dynamic_1g10gb_exists_while_the_pod_runs_and_not_after asserts empty
+    assert len(gpu_instances(kind_bed, "gpu-mig")) == 1
+
+
+def test_fault_prepare_fails_is_caught(kind_bed, namespace, faulty_driver) -> None:
+    faulty_driver("prepare-fails")
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-h100", IDENTITY.gpu_class, "true"))
+    with pytest.raises(AssertionError):  # run_pod's wait times out: the pod never runs
+        kind_bed.core.create_namespaced_pod(namespace, gpu_pod("doomed", kind_bed.workload_image, "gpu-whole", "one-h100"))
+        wait_for(kind_bed.core.list_namespaced_pod, lambda p: p.status.phase == "Running", name="doomed", namespace=namespace,
+                 what="pod doomed to run", timeout=30)
+    events = kind_bed.core.list_namespaced_event(namespace, field_selector="involvedObject.name=doomed").items
+    assert any("prepare" in (e.message or "").lower() for e in events), [e.message for e in events]

@@ -290,6 +290,9 @@ class KindCluster(Cluster):
         with progress.step(f"deploying the driver ({image})"):
             self.kubectl("apply", "-f", str(classes))
             self.kubectl("apply", "-f", str(manifest))
+            for group in groups:  # a redeploy (new image or env) must be rolled out before tests go on
+                self.kubectl("-n", DRIVER_NAMESPACE, "rollout", "status", f"daemonset/dra-testbed-driver-{group['name']}",
+                             f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
             self.wait_driver(layout)
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -328,9 +331,20 @@ class KindCluster(Cluster):
         """Copy local Docker images into every node's containerd (pods use them with pull policy Never)."""
         record = self.saved_spec() or {}
         kind = Path(record.get("kind") or self._kind_binary(record.get("k8s", "1.34")))
+        nodes = [n for n in self.node_containers() if not (workers_only and n.endswith("-control-plane"))]
+        missing = [ref for ref in references if not all(self._node_has_image(n, ref) for n in nodes)]
+        if not missing:
+            return
+        references = tuple(missing)
         with progress.step(f"loading {len(references)} image(s) into the nodes"):
-            nodes = [n for n in self.node_containers() if not n.endswith("-control-plane")] if workers_only else []
             self._kind(kind, "load", "docker-image", "--name", self.kind_name, *(["--nodes", ",".join(nodes)] if nodes else []), *references)
+
+    @staticmethod
+    def _node_has_image(node: str, reference: str) -> bool:
+        """Whether the node's containerd holds `reference` (as kind loads it: docker.io/ prefixed)."""
+        name = reference if "/" in reference.split(":")[0] and "." in reference.split("/")[0] else f"docker.io/{reference}"
+        out = docker("exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q", f"name=={name}", check=False)
+        return out.returncode == 0 and bool(out.stdout.strip())
 
     def collect_failure_logs(self, kind: Path | None = None) -> Path:
         """`kind export logs` and a cluster dump into the cluster's home; returns the folder."""
