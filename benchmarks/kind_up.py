@@ -62,25 +62,44 @@ def timed_raw_kind(minor: str, image: str) -> float:
     return elapsed
 
 
-def pod_to_running(minor: str) -> float:
+def _time_to_running(core: client.CoreV1Api, pod: dict) -> float:
+    name = pod["metadata"]["name"]
+    started = time.monotonic()
+    core.create_namespaced_pod("default", pod)
+    for event in watch.Watch().stream(core.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=120):
+        if event["object"].status.phase == "Running":
+            return time.monotonic() - started
+    raise RuntimeError(f"pod {name} not Running within 120s")
+
+
+def pods_to_running(minor: str) -> dict[str, float]:
+    """Seconds from create to Running: a pod without a claim, and one claiming a whole H100."""
+    from fake_gpus.driver.identity import current_identity
+
+    identity = current_identity()
     cluster = KindCluster("bench-kind-pod")
     cluster.create(ClusterSpec(name=cluster.name, k8s=minor, layout=LAYOUT), force=True)
     try:
-        cluster.load_images(ensure_workload_image())
+        image = ensure_workload_image()
+        cluster.load_images(image, workers_only=True)
         api = cluster.api_client()
         core = client.CoreV1Api(api)
-        name = f"bench-{uuid.uuid4().hex[:6]}"
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-               "spec": {"nodeSelector": {"dra-testbed.io/layout-node": "gpu-0"}, "terminationGracePeriodSeconds": 1,
-                        "containers": [{"name": "main", "image": ensure_workload_image(), "imagePullPolicy": "Never", "args": ["--sleep"]}]}}
-        started = time.monotonic()
-        core.create_namespaced_pod("default", pod)
-        for event in watch.Watch().stream(core.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=120):
-            if event["object"].status.phase == "Running":
-                break
-        elapsed = time.monotonic() - started
+        request = {"name": "gpu", "exactly": {"deviceClassName": identity.gpu_class}}
+        client.ResourceV1Api(api).create_namespaced_resource_claim_template("default", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
+            "spec": {"spec": {"devices": {"requests": [request]}}}})
+
+        def pod(claim: bool) -> dict:
+            spec = {"nodeSelector": {"dra-testbed.io/layout-node": "gpu-0"}, "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "args": ["--sleep"]}]}
+            if claim:
+                spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+                spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"bench-{uuid.uuid4().hex[:6]}"}, "spec": spec}
+
+        result = {"no_claim": _time_to_running(core, pod(False)), "whole_gpu_claim": _time_to_running(core, pod(True))}
         api.close()
-        return elapsed
+        return result
     finally:
         cluster.delete()
 
@@ -90,6 +109,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--k8s", default="1.34")
     parser.add_argument("--image-build", action="store_true")
+    parser.add_argument("--pods-only", action="store_true", help="only the pod-to-Running figures")
     args = parser.parse_args()
     ensure_engine()
     result: dict = {}
@@ -100,13 +120,16 @@ def main() -> None:
     image = ensure_node_image(args.k8s, prefer_kindest=False).reference
     size = int(docker("image", "inspect", image, "--format", "{{.Size}}").stdout.strip())
     result.update(image=image, image_size_mib=round(size / 2**20))
+    if args.pods_only:
+        print(json.dumps({k: round(v, 2) for k, v in pods_to_running(args.k8s).items()}, indent=2))
+        return
     ups, raws = [], []
     for _ in range(args.rounds):
         ups.append(timed_up(args.k8s))
         raws.append(timed_raw_kind(args.k8s, image))
     result.update(up_s=[round(x, 1) for x in ups], up_median_s=round(statistics.median(ups), 1),
                   raw_kind_s=[round(x, 1) for x in raws], raw_kind_median_s=round(statistics.median(raws), 1),
-                  pod_to_running_s=round(pod_to_running(args.k8s), 2))
+                  pod_to_running_s={k: round(v, 2) for k, v in pods_to_running(args.k8s).items()})
     print(json.dumps(result, indent=2))
 
 

@@ -37,6 +37,7 @@ NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
 CNI_CONF_IN_NODE = "/etc/cni/net.d/10-dra-testbed.conflist"
 READY_TIMEOUT = 300.0
 KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
+FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 
 
 @dataclass(frozen=True)
@@ -348,7 +349,9 @@ class KindCluster(Cluster):
 
     def collect_failure_logs(self, kind: Path | None = None) -> Path:
         """`kind export logs` and a cluster dump into the cluster's home; returns the folder."""
-        folder = self.home / f"failure-{time.strftime('%Y%m%d-%H%M%S')}"
+        # CI collects failed clusters' logs where $DRA_TESTBED_FAILURE_LOGS points
+        base = Path(os.environ[FAILURE_LOGS_ENV]) / f"kind-{self.name}" if os.environ.get(FAILURE_LOGS_ENV) else self.home
+        folder = base / f"failure-{time.strftime('%Y%m%d-%H%M%S')}"
         folder.mkdir(parents=True, exist_ok=True)
         try:
             kind = kind or self._kind_binary("1.34")

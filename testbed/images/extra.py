@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -76,6 +77,12 @@ def ensure_workload_image() -> str:
     return reference
 
 
+def project_dependencies() -> list[str]:
+    """The `dependencies` of our pyproject.toml."""
+    with (PROJECT_ROOT / "pyproject.toml").open("rb") as handle:
+        return list(tomllib.load(handle)["project"]["dependencies"])
+
+
 def _python_deps(pins: str) -> Path:
     """Our wheel's dependencies (plus DRIVER_EXTRAS) installed for the image's Python, cached by inputs;
     our own packages are copied fresh on every build, so only a dependency change costs a pip run."""
@@ -84,7 +91,8 @@ def _python_deps(pins: str) -> Path:
     if not target.is_dir():
         partial = target.with_suffix(".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        _pip_install(partial, [str(PROJECT_ROOT), *pins.split()])
+        # the dependencies only: installing the project itself would build it inside the work tree
+        _pip_install(partial, [*project_dependencies(), *pins.split()])
         partial.rename(target)
     return target
 
