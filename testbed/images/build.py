@@ -220,6 +220,15 @@ def build_node_image(release: Release, reference: str) -> None:
                 docker("rm", "-f", "-v", name, check=False)
 
 
+def drop_stale(repo: str, keep: str, prefix: str = "") -> None:
+    """Remove older builds of `repo` whose tag starts with `prefix` (tags are input hashes: an old one
+    is never asked for again)."""
+    tags = docker("images", repo, "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.split()
+    stale = [tag for tag in tags if tag != keep and tag.split(":", 1)[1].startswith(prefix)]
+    if stale:
+        docker("rmi", *stale, check=False)
+
+
 def ensure_node_image(minor: str, *, prefer_kindest: bool = True, rebuild: bool = False) -> NodeImage:
     """A node image for `minor`: kindest/node when present locally, else our cached build, else a build."""
     release = release_for(minor)
@@ -234,4 +243,5 @@ def ensure_node_image(minor: str, *, prefer_kindest: bool = True, rebuild: bool 
             build_node_image(release, reference)
     except (DockerError, subprocess.CalledProcessError) as exc:
         raise ImageBuildError(f"node image build failed: {exc}") from exc
+    drop_stale(NODE_REPO, reference, prefix=f"{release.kubernetes}-")
     return NodeImage(reference, "build")

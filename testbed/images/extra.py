@@ -19,7 +19,7 @@ from pathlib import Path
 from testbed import progress
 from testbed.cachedir import cache_root
 from testbed.docker.engine import ensure_engine, image_present
-from testbed.images.build import PATH_ENV, ImageBuildError, derive_image, ensure_base_image
+from testbed.images.build import PATH_ENV, ImageBuildError, derive_image, drop_stale, ensure_base_image
 
 SITE_IN_IMAGE = "/opt/dra-testbed/python"
 NVML_IN_IMAGE = "/opt/dra-testbed/nvml"
@@ -74,6 +74,7 @@ def ensure_workload_image() -> str:
         script.chmod(0o755)
         derive_image(base, overlay, reference, [f"ENV {PATH_ENV}", f"ENV PYTHONPATH={SITE_IN_IMAGE}",
                                                 'ENTRYPOINT ["/usr/bin/python3", "/usr/local/bin/nvml-report"]'])
+    drop_stale(WORKLOAD_REPO, reference)
     return reference
 
 
@@ -129,4 +130,5 @@ def ensure_driver_image(minor: str = "1.34") -> str:
             f"ENV {PATH_ENV}", f"ENV PYTHONPATH={SITE_IN_IMAGE}", f"ENV LD_LIBRARY_PATH={NVML_IN_IMAGE}",
             f"ENV DRA_TESTBED_CACHE={CACHE_IN_IMAGE}",
             'ENTRYPOINT ["/usr/bin/python3", "-m", "fake_gpus.driver.kubeletplugin"]'])
+    drop_stale(DRIVER_REPO, reference)
     return reference
