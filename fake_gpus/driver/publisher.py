@@ -141,9 +141,9 @@ class Publisher:
         API server's own work for our large slices (see benchmarks/publish_scale.py)."""
         cfg = self.api.configuration
         headers = {**self.api.default_headers, "Content-Type": "application/json", "Accept": "application/json"}
-        if cfg.api_key.get("authorization"):
-            prefix = cfg.api_key_prefix.get("authorization")
-            headers["Authorization"] = f"{prefix} {cfg.api_key['authorization']}" if prefix else cfg.api_key["authorization"]
+        for setting in cfg.auth_settings().values():  # token from a kubeconfig or a service account alike
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
         response = self.api.rest_client.pool_manager.request(
             "POST", f"{cfg.host}/apis/resource.k8s.io/v1/resourceslices", body=json.dumps(body, separators=(",", ":")).encode(),
             headers=headers, preload_content=True)
@@ -173,6 +173,28 @@ class Publisher:
         _, old = self.published.pop(node, (0, {}))
         shutil.rmtree(self.state_dir(node), ignore_errors=True)
         return [self.pool.submit(self._delete, name) for name in old]
+
+    def settle(self, node: str, futures: list[Future]) -> None:
+        """Wait for a node's writes; when one fails, forget what we believed published for that node,
+        so the next poll writes again instead of finding nothing to do (e.g. RBAC not yet in force)."""
+        try:
+            for future in futures:
+                future.result()
+        except Exception:
+            self.stamps.pop(node, None)
+            self._guard(self.reload_published, node)
+            raise
+
+    def reload_published(self, node: str) -> None:
+        """Believe published, for `node`, what the API holds (contents unknown, so the next sync rewrites
+        each slice), keeping the highest pool generation so generations only grow."""
+        generation, _ = self.published.get(node, (0, {}))
+        specs: dict = {}
+        for item in self.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
+            if item.spec.driver == self.identity.driver:
+                specs[item.metadata.name] = None
+                generation = max(generation, item.spec.pool.generation)
+        self.published[node] = (generation, specs)
 
     def load_published(self) -> None:
         """Pick up the pools a previous run published, so generations keep increasing."""
@@ -254,8 +276,7 @@ class Publisher:
             for node in obj:
                 self.handle("ADDED", node)
         else:
-            for f in self.add(obj):
-                f.result()
+            self.settle(obj.metadata.name, self.add(obj))
 
     def run(self, ready_file: Path | None) -> None:
         resource_version = self.initial()
@@ -273,7 +294,7 @@ class Publisher:
             if time.monotonic() >= next_poll:
                 for name, cfg in list(self.nodes.items()):
                     if _state_stamp(self.state_dir(name)) != self.stamps.get(name):
-                        self._guard(lambda c=cfg: [f.result() for f in self.sync(c)])
+                        self._guard(lambda c=cfg: self.settle(c.name, self.sync(c)))
                 next_poll = time.monotonic() + POLL_SECONDS
 
     def _guard(self, fn, *args) -> None:

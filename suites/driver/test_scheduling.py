@@ -6,7 +6,6 @@ import pytest
 
 from driver_helpers import IDENTITY, attr, gpu_pod, mig_pod, scheduled, unschedulable, wait_pod
 from fake_gpus.catalog import get_board
-from testbed.waiting import wait_gone
 
 pytestmark = pytest.mark.cluster
 

@@ -76,7 +76,7 @@ pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0)
     listing = run_client(f"{smi}\n", d, {}).stdout  # no args: the device table
     assert gpus[0].bus_id in listing and "Enabled" in listing and "Disabled" in listing
     out = run_client("import sys; sys.argv[1:] = ['-L']\n" + smi, d).stdout
-    assert f"GPU 0: " in out and gpus[1].uuid in out and "MIG 1c.7g" in out and "(UUID: MIG-" in out
+    assert "GPU 0: " in out and gpus[1].uuid in out and "MIG 1c.7g" in out and "(UUID: MIG-" in out
     out = run_client("import sys; sys.argv[1:] = ['mig', '-lgipp']\n" + smi, d).stdout
     assert "Placements: {0}:8" in out
     out = run_client("import sys; sys.argv[1:] = ['mig', '-lgi']\n" + smi, d).stdout

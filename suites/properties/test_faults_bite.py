@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase, given, settings
-from hypothesis import strategies as st
 
 from fake_gpus.driver.faults import FAULTS_ENV, fault_env
 from fake_gpus.driver.identity import current_identity

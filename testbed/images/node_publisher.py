@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
@@ -39,29 +38,6 @@ class NodePublisher(Publisher):
     def state_dir(self, node: str) -> Path:
         return self.node_state_dir
 
-    def _create(self, body: dict) -> int:
-        """Through the generated client: Publisher's raw POST sends only an `authorization` api key,
-        and in-cluster service-account configs of kubernetes>=3x hold the token as `BearerToken`."""
-        try:
-            self.resource.create_resource_slice(body=body, _preload_content=False)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            return 409
-        return 201
-
-
-def reload_published(publisher: Publisher, node_name: str) -> None:
-    """Set what the publisher believes published for the node to what the API holds (contents unknown,
-    so the next sync rewrites each); keeps the highest pool generation so generations only grow."""
-    generation, _ = publisher.published.get(node_name, (0, {}))
-    specs: dict = {}
-    for item in publisher.resource.list_resource_slice(field_selector=f"spec.nodeName={node_name}").items:
-        if item.spec.driver == publisher.identity.driver:
-            specs[item.metadata.name] = None
-            generation = max(generation, item.spec.pool.generation)
-    publisher.published[node_name] = (generation, specs)
-
 
 def _api(kubeconfig: str) -> client.ApiClient:
     if kubeconfig == "in-cluster":
@@ -82,22 +58,17 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) ->
         print(f"node-publisher: node {node_name} carries no dra-testbed.io/board label; nothing to publish", file=sys.stderr, flush=True)
         publisher.stop.wait()
         return 0
-    reload_published(publisher, node_name)
+    publisher.reload_published(node_name)
     publisher.nodes[node_name] = cfg
     print(f"node-publisher: publishing {node_name} ({cfg.board} x{cfg.count}, {cfg.mode.kind}) from {state_dir}", flush=True)
     while not publisher.stop.is_set():
         if _state_stamp(state_dir) != publisher.stamps.get(node_name):
             try:
-                for future in publisher.sync(cfg):
-                    future.result()
-            except Exception as exc:  # noqa: BLE001 - e.g. RBAC not yet in force right after deploy
+                publisher.settle(node_name, publisher.sync(cfg))
+            except Exception as exc:  # noqa: BLE001 - settle() made the next round write again
                 print(f"node-publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; retrying",
                       file=sys.stderr, flush=True)
-                # sync() records the slices as published before writing them: start over from what
-                # the API really holds, so the next round writes again instead of finding nothing to do
-                publisher.stamps.pop(node_name, None)
                 publisher.stop.wait(RETRY_SECONDS)
-                publisher._guard(reload_published, publisher, node_name)
         publisher.stop.wait(POLL_SECONDS)
     publisher.pool.shutdown(wait=False, cancel_futures=True)
     return 0

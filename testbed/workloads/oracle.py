@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
-from itertools import combinations
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from fake_gpus.driver.identity import DriverIdentity
