@@ -199,12 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing = tsub.add_parser("list", help="what is cached, per minor")
     listing.set_defaults(func=cmd_toolchain_list)
 
-    try:
-        from fake_gpus.nvml.cli import register as register_fake_nvml
-    except ImportError:
-        pass
-    else:
-        register_fake_nvml(sub)
+    from fake_gpus.nvml.cli import register as register_fake_nvml
+    from testbed.images.cli import register as register_images
+
+    register_fake_nvml(sub)
+    register_images(sub)
     return parser
 
 
