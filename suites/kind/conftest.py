@@ -1,6 +1,7 @@
 """Fixtures of the kind suite: one kind cluster per session with real kubelets and our images loaded.
 
-These tests run only when asked (`pytest -m kind suites/kind`): they need Docker and take minutes.
+They need Docker (started from Debian's docker.io when not running) and take minutes; leave them out
+with `-m "not kind"`.
 `--keep-cluster` leaves the cluster up afterwards; `--reuse-cluster` uses a running one of that name.
 """
 
@@ -20,16 +21,6 @@ from testbed.clusters.layout import from_flags
 CLUSTER_NAME = "dra-kind-e2e"
 # one whole-GPU node and one dynamic-MIG node, both H100 80GB: what the issue's tests need
 LAYOUT_FLAGS = ["gpu-whole=h100-80gb:1:whole", "gpu-mig=h100-80gb:1:dynamic-mig"]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "kind" in (config.option.markexpr or ""):
-        return
-    skip = pytest.mark.skip(reason="kind suite runs only when asked: pytest -m kind")
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(skip)
 
 
 @dataclass
@@ -61,9 +52,11 @@ class KindBed:
 
 @pytest.fixture(scope="session")
 def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
+    from testbed.docker.engine import engine_running, stop_engine
     from testbed.images.extra import ensure_workload_image
 
     opts = request.config.option
+    engine_was_running = engine_running()  # a dockerd this session starts is stopped again at its end
     cluster = KindCluster(CLUSTER_NAME)
     reused = bool(getattr(opts, "reuse_cluster", False)) and cluster.status().running
     if not reused:
@@ -80,3 +73,5 @@ def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
             cluster.collect_failure_logs()
         if not (getattr(opts, "keep_cluster", False) or reused):
             cluster.delete()
+            if not engine_was_running:
+                stop_engine()
