@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from fake_gpus.catalog import Board, get_board
 from testbed.clusters.layout import Layout, LayoutError
+from testbed.processes import terminate
 
 PID_FILE = "publisher.pid"
 READY_FILE = "publisher.ready"
@@ -49,16 +49,6 @@ def mig_layout_table() -> dict[str, dict[str, dict[str, int]]]:
     from fake_gpus.catalog import all_boards
 
     return {b.key: usable_layouts(b) for b in all_boards()}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> int:
@@ -95,27 +85,6 @@ def stop_publisher(home: Path, grace: float = 10.0) -> None:
         pid = int((home / PID_FILE).read_text().strip())
     except (OSError, ValueError):
         return
-    if _alive(pid):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace
-        while _alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.05)
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    _reap(pid)
+    terminate(pid, grace)
     (home / PID_FILE).unlink(missing_ok=True)
 
-
-def _reap(pid: int) -> None:
-    """Collect the exit status when the publisher is our child, so it does not linger as a zombie."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

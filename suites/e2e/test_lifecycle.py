@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.clusters.kwok import KwokCluster, _alive
+from testbed.clusters.kwok import KwokCluster
+from testbed.processes import alive
 
 pytestmark = pytest.mark.cluster
 
@@ -39,7 +40,7 @@ def cluster_name() -> str:
 def assert_nothing_left(cluster: KwokCluster, pids: dict[str, int], ports: list[int]) -> None:
     assert not cluster.home.exists(), f"{cluster.home} left behind"
     assert not cluster.kwok_dir.exists(), f"{cluster.kwok_dir} left behind"
-    assert [name for name, pid in pids.items() if _alive(pid)] == []
+    assert [name for name, pid in pids.items() if alive(pid)] == []
     assert [port for port in ports if listening(port)] == []
 
 
@@ -78,10 +79,10 @@ def test_name_in_use_is_refused_and_force_replaces_it(cluster_name: str) -> None
     again = cli("up", "--name", cluster_name, "--node", H100_NODE)
     assert again.returncode == 1
     assert "already exists" in again.stderr and "--force" in again.stderr
-    assert KwokCluster(cluster_name).pids()["kube-apiserver"] == first_pid and _alive(first_pid)
+    assert KwokCluster(cluster_name).pids()["kube-apiserver"] == first_pid and alive(first_pid)
     forced = cli("up", "--name", cluster_name, "--node", H100_NODE, "--force")
     assert forced.returncode == 0, forced.stderr
-    assert not _alive(first_pid)
+    assert not alive(first_pid)
     assert KwokCluster(cluster_name).pids()["kube-apiserver"] != first_pid
 
 

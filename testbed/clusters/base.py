@@ -91,6 +91,17 @@ class Cluster(abc.ABC):
         """A Kubernetes API client for this cluster."""
         return config.new_client_from_config(config_file=str(self.kubeconfig()))
 
+    def api_summary(self) -> tuple[str, int, int]:
+        """Server version, node count and ResourceSlice count; raises when the apiserver does not answer."""
+        api = self.api_client()
+        try:
+            version = client.VersionApi(api).get_code().git_version
+            nodes = len(client.CoreV1Api(api).list_node().items)
+            slices = len(client.ResourceV1Api(api).list_resource_slice().items)
+        finally:
+            api.close()
+        return version, nodes, slices
+
     def saved_spec(self) -> dict | None:
         """The spec this cluster was created with, as recorded at `up`."""
         try:

@@ -52,13 +52,7 @@ class ExistingCluster(Cluster):
 
     def status(self) -> ClusterStatus:
         try:
-            api = self.api_client()
-            try:
-                version = client.VersionApi(api).get_code().git_version
-                nodes = len(client.CoreV1Api(api).list_node().items)
-                slices = len(client.ResourceV1Api(api).list_resource_slice().items)
-            finally:
-                api.close()
+            version, nodes, slices = self.api_summary()
         except ClusterError as exc:
             return ClusterStatus(self.name, self.backend, False, self._kubeconfig, detail=str(exc))
         except Exception as exc:  # noqa: BLE001 - anything that stops us talking means "not running"

@@ -399,13 +399,7 @@ class KindCluster(Cluster):
         kubeconfig = self.home / "kubeconfig"
         containers = self.node_containers()
         try:
-            api = self.api_client()
-            try:
-                version = client.VersionApi(api).get_code().git_version
-                nodes = len(client.CoreV1Api(api).list_node().items)
-                slices = len(client.ResourceV1Api(api).list_resource_slice().items)
-            finally:
-                api.close()
+            version, nodes, slices = self.api_summary()
         except Exception as exc:  # noqa: BLE001 - any failure to talk means "not running"
             return ClusterStatus(self.name, self.backend, False, kubeconfig if kubeconfig.exists() else None,
                                  detail=f"apiserver unreachable ({type(exc).__name__}); node containers: {', '.join(containers) or 'none'}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import asdict
@@ -24,6 +23,7 @@ from testbed.cachedir import state_root
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.layout import Layout, NodeSpec
+from testbed.processes import alive, terminate
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 from testbed.toolchain.versions import release_for
@@ -217,7 +217,7 @@ class KwokCluster(Cluster):
             if wanted <= ready and wanted <= sliced and accounts:
                 return
             if time.monotonic() > deadline:
-                dead = sorted(name for name, pid in self.pids().items() if not _alive(pid))
+                dead = sorted(name for name, pid in self.pids().items() if not alive(pid))
                 raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices "
                                    f"{sorted(sliced)}, default service account {'present' if accounts else 'missing'}"
                                    f"{f', components exited: {dead}' if dead else ''}")
@@ -246,7 +246,7 @@ class KwokCluster(Cluster):
             contexts = self.home / "kwokctl-contexts.yaml"
             self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(contexts), check=False)
         for pid in pids.values():
-            _kill(pid)
+            terminate(pid)
         shutil.rmtree(self.kwok_dir, ignore_errors=True)
         shutil.rmtree(self.home, ignore_errors=True)
 
@@ -254,46 +254,11 @@ class KwokCluster(Cluster):
         if not self.exists():
             return ClusterStatus(self.name, self.backend, False, None, detail="no such cluster")
         kubeconfig = self.home / "kubeconfig"
-        alive = {name: pid for name, pid in self.pids().items() if _alive(pid)}
+        running = {name: pid for name, pid in self.pids().items() if alive(pid)}
         try:
-            api = self.api_client()
-            try:
-                version = client.VersionApi(api).get_code().git_version
-                nodes = len(client.CoreV1Api(api).list_node().items)
-                slices = len(client.ResourceV1Api(api).list_resource_slice().items)
-            finally:
-                api.close()
+            version, nodes, slices = self.api_summary()
         except Exception as exc:  # noqa: BLE001 - any failure to talk means "not running"
             return ClusterStatus(self.name, self.backend, False, kubeconfig if kubeconfig.exists() else None,
-                                 detail=f"apiserver unreachable ({type(exc).__name__}); live components: {', '.join(sorted(alive)) or 'none'}")
+                                 detail=f"apiserver unreachable ({type(exc).__name__}); live components: {', '.join(sorted(running)) or 'none'}")
         return ClusterStatus(self.name, self.backend, True, kubeconfig, version, nodes, slices,
-                             detail=f"components: {', '.join(sorted(alive))}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill(pid: int, grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds, a process that is still alive."""
-    if not _alive(pid):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+                             detail=f"components: {', '.join(sorted(running))}")
