@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from contextlib import contextmanager
 from typing import Iterator
@@ -22,19 +21,11 @@ def driver_cluster(minor: str, nodes: list[str], env: dict[str, str] | None = No
     name = f"drv-{uuid.uuid4().hex[:8]}"
     cluster = KwokCluster(name)
     layout = Layout(tuple(parse_node_flag(n) for n in nodes), name=name)
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})  # the publisher process inherits the environment of `up`
     try:
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout))
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout, driver_env=dict(env or {})))
     except BaseException:
         cluster.delete()
         raise
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     api = cluster.api_client()
     try:
         yield TestBed(name, kubeconfig, api, layout)

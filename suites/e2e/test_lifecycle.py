@@ -124,3 +124,18 @@ def test_bad_layout_file_names_the_key(cluster_name: str, tmp_path: Path) -> Non
     assert up.stderr.strip().count("\n") == 0
     assert "unknown key 'gpus'; valid keys: name, board, count, mode, replicas" in up.stderr
     assert not KwokCluster(cluster_name).exists()
+
+
+def test_two_ups_at_once_both_come_up_on_different_ports() -> None:
+    names = [f"lc-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    try:
+        procs = [subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", "--name", n, "--node", H100_NODE],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in names]
+        results = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err[-500:] for _, err in results]
+        ports = [set(KwokCluster(n).ports()) for n in names]
+        assert ports[0] and ports[1] and not ports[0] & ports[1]
+        assert all(cli("status", "--name", n).returncode == 0 for n in names)
+    finally:
+        for n in names:
+            KwokCluster(n).delete()

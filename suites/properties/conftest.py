@@ -81,17 +81,8 @@ def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: di
             api.close()
         return
     cluster = KwokCluster(f"prop-{label}-{uuid.uuid4().hex[:6]}")
-    saved = {k: os.environ.get(k) for k in (env or {})}
     try:
-        os.environ.update(env or {})  # the publisher process inherits the environment of `create`
-        try:
-            cluster.create(ClusterSpec(name=cluster.name, k8s=opts.k8s, layout=layout))
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        cluster.create(ClusterSpec(name=cluster.name, k8s=opts.k8s, layout=layout, driver_env=dict(env or {})))
         api = cluster.api_client()
         try:
             yield PropertyBed(api, layout, layout_yaml(layout), bundles)

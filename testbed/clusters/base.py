@@ -30,6 +30,7 @@ class ClusterSpec:
     layout: Layout | None = None
     apiserver_port: int | None = None
     binaries: dict[str, str] = field(default_factory=dict)
+    driver_env: dict[str, str] = field(default_factory=dict)  # extra environment of driver processes (faults)
 
 
 @dataclass(frozen=True)

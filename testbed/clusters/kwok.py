@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import yaml
+from filelock import FileLock
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -142,7 +143,7 @@ class KwokCluster(Cluster):
                 try:
                     self.add_nodes(api, spec.layout)
                     try:
-                        launch.start_publisher(self.home, kubeconfig)
+                        launch.start_publisher(self.home, kubeconfig, env=spec.driver_env)
                     except RuntimeError as exc:
                         raise ClusterError(str(exc)) from exc
                     self.wait_schedulable(api, spec.layout)
@@ -183,8 +184,12 @@ class KwokCluster(Cluster):
             runtime_config=as_flag(runtime_config(spec.k8s)),
             apiserver_port=spec.apiserver_port,
         ))
-        self._kwokctl(toolchain.path("kwokctl"), "--config", str(config), "create", "cluster", "--kubeconfig", "",
-                      "--wait", f"{int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 60)
+        # kwokctl picks "random" free ports by probing, so two creations at once can pick the same ones and
+        # both hang; one creation at a time per machine (a few seconds each) rules that out.
+        kwok_workdir().mkdir(parents=True, exist_ok=True)
+        with FileLock(str(kwok_workdir() / ".create.lock")):
+            self._kwokctl(toolchain.path("kwokctl"), "--config", str(config), "create", "cluster", "--kubeconfig", "",
+                          "--wait", f"{int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 60)
 
     def _write_kubeconfig(self, kwokctl: Path) -> Path:
         out = self._kwokctl(kwokctl, "get", "kubeconfig")
