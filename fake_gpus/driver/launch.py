@@ -51,10 +51,11 @@ def mig_layout_table() -> dict[str, dict[str, dict[str, int]]]:
     return {b.key: usable_layouts(b) for b in all_boards()}
 
 
-def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> int:
-    """Start the publisher for the cluster at `home`; returns once its first publish is done (its pid).
+def spawn_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start the publisher for the cluster at `home` without waiting for it.
 
-    Raises RuntimeError with the publisher's last log line if it exits first."""
+    It may start before the control plane: it waits for `kubeconfig` to appear and the apiserver to
+    answer, so its start-up (imports, the NVML library) overlaps the cluster's."""
     config = {"kubeconfig": str(kubeconfig), "state_root": str(home / "nvml"), "ready_file": str(home / READY_FILE),
               "mig_layouts": mig_layout_table()}
     (home / "publisher.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -66,6 +67,13 @@ def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = N
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
                                 start_new_session=True)  # a Ctrl-C of `up` must not reach it half-way
     (home / PID_FILE).write_text(f"{proc.pid}\n")
+    return proc
+
+
+def wait_publisher(home: Path, proc: subprocess.Popen) -> int:
+    """Return the publisher's pid once its first publish is done.
+
+    Raises RuntimeError with the publisher's last log line if it exits first."""
     deadline = time.monotonic() + START_TIMEOUT
     # not a Kubernetes object, so no watch: the process signals readiness with a file
     while not (home / READY_FILE).exists():
@@ -77,6 +85,11 @@ def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = N
             raise RuntimeError(f"the ResourceSlice publisher did not finish its first publish in {START_TIMEOUT:.0f}s")
         time.sleep(0.05)
     return proc.pid
+
+
+def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> int:
+    """Start the publisher for a running cluster and return its pid once its first publish is done."""
+    return wait_publisher(home, spawn_publisher(home, kubeconfig, env))
 
 
 def stop_publisher(home: Path, grace: float = 10.0) -> None:

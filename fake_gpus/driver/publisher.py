@@ -305,6 +305,21 @@ class Publisher:
             print(f"publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr, flush=True)
 
 
+def connect(kubeconfig: Path, timeout: float = 300.0) -> tuple[client.ApiClient, object]:
+    """An API client and the server version, once `kubeconfig` exists and its apiserver answers.
+
+    `up` starts the publisher while the control plane is still coming up, to overlap their start-ups."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            api = config.new_client_from_config(config_file=str(kubeconfig))
+            return api, client.VersionApi(api).get_code()
+        except Exception:  # noqa: BLE001 - not there yet: no file, no listener, not ready
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def load_config(path: Path) -> dict:
     return json.loads(path.read_text())
 
@@ -317,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     from fake_gpus.nvml.build import SONAME, ensure_library  # the fake library stands in for the real one
 
     nvml = NvmlLibrary(ensure_library() / SONAME)
-    api = config.new_client_from_config(config_file=cfg["kubeconfig"])
-    limits = api_limits(server_minor(client.VersionApi(api).get_code()))
+    api, version = connect(Path(cfg["kubeconfig"]))
+    limits = api_limits(server_minor(version))
     publisher = Publisher(api, nvml, Path(cfg["state_root"]), cfg.get("mig_layouts", {}), current_identity(),
                           active_faults(), limits)
     signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())

@@ -135,6 +135,8 @@ class KwokCluster(Cluster):
         toolchain = ensure(release.minor, BINARIES, overrides=spec.binaries)
         self.home.mkdir(parents=True, exist_ok=True)
         try:
+            # the publisher starts first and waits for the kubeconfig: its start-up overlaps the control plane's
+            publisher = launch.spawn_publisher(self.home, self.home / "kubeconfig", env=spec.driver_env)
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
                 self._start_control_plane(toolchain, spec)
             kubeconfig = self._write_kubeconfig(toolchain.path("kwokctl"))
@@ -143,7 +145,7 @@ class KwokCluster(Cluster):
                 try:
                     self.add_nodes(api, spec.layout)
                     try:
-                        launch.start_publisher(self.home, kubeconfig, env=spec.driver_env)
+                        launch.wait_publisher(self.home, publisher)
                     except RuntimeError as exc:
                         raise ClusterError(str(exc)) from exc
                     self.wait_schedulable(api, spec.layout)
@@ -194,8 +196,10 @@ class KwokCluster(Cluster):
     def _write_kubeconfig(self, kwokctl: Path) -> Path:
         out = self._kwokctl(kwokctl, "get", "kubeconfig")
         path = self.home / "kubeconfig"
-        path.write_text(out.stdout)
-        path.chmod(0o600)
+        partial = path.with_suffix(".partial")  # the waiting publisher must never read half a file
+        partial.write_text(out.stdout)
+        partial.chmod(0o600)
+        partial.replace(path)
         return path
 
     def add_nodes(self, api: client.ApiClient, layout: Layout) -> None:
