@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,19 +70,6 @@ def _stamp(release: Release) -> str:
     return json.dumps({"kubernetes": release.kubernetes, "components": parts}, sort_keys=True)
 
 
-def _run_go(args: list[str], cwd: Path, env: dict[str, str], log: Path, step: progress.Step) -> None:
-    with log.open("a") as sink:
-        sink.write("$ " + " ".join(args) + "\n")
-        sink.flush()
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            sink.write(line)
-            step.tick(line.rstrip())
-        if proc.wait() != 0:
-            raise gobuild.BuildError(f"`{' '.join(args[:2])}` failed (log: {log})")
-
-
 def _build(component: GoComponent, out: Path, log: Path, step: progress.Step) -> None:
     """Build through a wrapper module: some of these modules carry exclude directives `go install` refuses."""
     work = cache_root() / "go" / "work" / f"image-{component.name.replace(' ', '-')}-{component.version}"
@@ -94,12 +80,12 @@ def _build(component: GoComponent, out: Path, log: Path, step: progress.Step) ->
     (work / "go.mod").write_text(f"module dratestbed.local/image\n\ngo 1.24.0\n\nrequire {component.module} {component.version}\n")
     (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
     env = go_env(CGO_ENABLED="1" if component.cgo else "0")
-    _run_go([go_binary(), "mod", "tidy"], work, env, log, step)
+    gobuild.run_go([go_binary(), "mod", "tidy"], work, log, step.tick, env)
     args = [go_binary(), "build", "-v", "-trimpath", "-ldflags", f"-s -w {component.ldflags}".strip()]
     if component.tags:
         args += ["-tags", component.tags]
     for name, package in zip(component.packages, packages):
-        _run_go([*args, "-o", str(out / name), package], work, env, log, step)
+        gobuild.run_go([*args, "-o", str(out / name), package], work, log, step.tick, env)
 
 
 def ensure_components(release: Release) -> Path:

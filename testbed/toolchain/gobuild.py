@@ -28,7 +28,7 @@ class BuildError(RuntimeError):
 BUILD_DATE = "1970-01-01T00:00:00Z"  # fixed so that rebuilds of one version are byte-identical
 
 
-def _run(args: list[str], cwd: Path, log: Path, progress: Progress | None, env: dict[str, str]) -> None:
+def run_go(args: list[str], cwd: Path, log: Path, progress: Progress | None, env: dict[str, str]) -> None:
     """Run a Go command, streaming its lines into `log` and each compiled package into `progress`."""
     with log.open("a") as sink:
         sink.write("$ " + " ".join(args) + "\n")
@@ -101,8 +101,8 @@ def build_kubernetes(version: str, staging_version: str, binaries: tuple[str, ..
     packages = [f"k8s.io/kubernetes/cmd/{b}" for b in binaries]
     _wrapper_module(work, {"k8s.io/kubernetes": version}, replaces, packages, None)
     env = go_env(CGO_ENABLED="0")
-    _run([go_binary(), "mod", "tidy"], work, log, progress, env)
-    _run([go_binary(), "build", "-v", "-trimpath", "-ldflags", kubernetes_ldflags(version), "-o", str(out) + "/", *packages], work, log, progress, env)
+    run_go([go_binary(), "mod", "tidy"], work, log, progress, env)
+    run_go([go_binary(), "build", "-v", "-trimpath", "-ldflags", kubernetes_ldflags(version), "-o", str(out) + "/", *packages], work, log, progress, env)
 
 
 ETCD_MAIN = """package main
@@ -122,8 +122,8 @@ def build_etcd(version: str, binaries: tuple[str, ...], out: Path, log: Path, pr
     work = _workdir(f"etcd-{version}")
     _wrapper_module(work, {"go.etcd.io/etcd/server/v3": version}, {}, [], ETCD_MAIN)
     env = go_env(CGO_ENABLED="0")
-    _run([go_binary(), "mod", "tidy"], work, log, progress, env)
-    _run([go_binary(), "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "."], work, log, progress, env)
+    run_go([go_binary(), "mod", "tidy"], work, log, progress, env)
+    run_go([go_binary(), "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "."], work, log, progress, env)
 
 
 INSTALL_PACKAGES = {
@@ -137,4 +137,4 @@ def build_installable(project: str, version: str, binaries: tuple[str, ...], out
     work = _workdir(f"{project}-{version}")
     env = go_env(CGO_ENABLED="0", GOBIN=str(out))
     packages = [f"{INSTALL_PACKAGES[project][b]}@{version}" for b in binaries]
-    _run([go_binary(), "install", "-v", "-trimpath", "-ldflags", "-s -w", *packages], work, log, progress, env)
+    run_go([go_binary(), "install", "-v", "-trimpath", "-ldflags", "-s -w", *packages], work, log, progress, env)
