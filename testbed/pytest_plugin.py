@@ -22,16 +22,10 @@ from testbed.toolchain.versions import DEFAULT_MINOR
 DEFAULT_LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"
 
 
-@dataclass
-class TestBed:
-    """A live cluster as the suites see it."""
+class ApiViews:
+    """The typed API groups the suites use, over an `api` client attribute."""
 
-    __test__ = False  # not a test class, despite the name
-
-    name: str
-    kubeconfig: Path
     api: client.ApiClient
-    layout: Layout | None
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -40,6 +34,18 @@ class TestBed:
     @property
     def resource(self) -> client.ResourceV1Api:
         return client.ResourceV1Api(self.api)
+
+
+@dataclass
+class TestBed(ApiViews):
+    """A live cluster as the suites see it."""
+
+    __test__ = False  # not a test class, despite the name
+
+    name: str
+    kubeconfig: Path
+    api: client.ApiClient
+    layout: Layout | None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -17,6 +17,7 @@ from kubernetes import client
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kind import KindCluster
 from testbed.clusters.layout import from_flags
+from testbed.pytest_plugin import ApiViews
 
 CLUSTER_NAME = "dra-kind-e2e"
 # one whole-GPU node and one dynamic-MIG node, both H100 80GB: what the issue's tests need
@@ -24,20 +25,12 @@ LAYOUT_FLAGS = ["gpu-whole=h100-80gb:1:whole", "gpu-mig=h100-80gb:1:dynamic-mig"
 
 
 @dataclass
-class KindBed:
+class KindBed(ApiViews):
     """The session's kind cluster as tests see it."""
 
     cluster: KindCluster
     api: client.ApiClient
     workload_image: str
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def resource(self) -> client.ResourceV1Api:
-        return client.ResourceV1Api(self.api)
 
     def worker(self, layout_node: str) -> str:
         """Kubernetes node name of the worker standing for `layout_node`."""
