@@ -68,7 +68,7 @@ def raw_kwokctl(name: str, minor: str, workdir: Path) -> float:
 
 
 def ours(name: str, minor: str) -> tuple[float, float]:
-    """Seconds for `up` to schedulable (nodes Ready, slices published) and for `down`."""
+    """Seconds for `up` to schedulable (nodes Ready, slices published) and for `down`, in this process."""
     cluster = KwokCluster(name)
     spec = ClusterSpec(name=name, k8s=minor, layout=load_layout(LAYOUT))
     started = time.monotonic()
@@ -77,6 +77,16 @@ def ours(name: str, minor: str) -> tuple[float, float]:
     started = time.monotonic()
     cluster.delete()
     return up, time.monotonic() - started
+
+
+def ours_cli(name: str, minor: str) -> float:
+    """Seconds for the `dra-testbed up` command a user runs: the same, plus Python's start-up and imports."""
+    cli = [sys.executable, "-m", "testbed.cli"]
+    started = time.monotonic()
+    subprocess.run([*cli, "up", "--name", name, "--k8s", minor, "--layout", str(LAYOUT)], check=True, capture_output=True)
+    elapsed = time.monotonic() - started
+    subprocess.run([*cli, "down", "--name", name], check=True, capture_output=True)
+    return elapsed
 
 
 def main() -> None:
@@ -89,21 +99,28 @@ def main() -> None:
         cold_build(args.k8s)
     ensure(args.k8s, BINARIES)  # warm: everything below uses the cached binaries
     workdir = Path(tempfile.mkdtemp(prefix="kwok-raw-"))
-    raw, up, down = [], [], []
+    raw, up, cli, down = [], [], [], []
     try:
         for round_ in range(args.rounds):
             raw.append(raw_kwokctl(f"bench-raw-{round_}", args.k8s, workdir))
             u, d = ours(f"bench-ours-{round_}", args.k8s)
             up.append(u)
             down.append(d)
+            cli.append(ours_cli(f"bench-cli-{round_}", args.k8s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    raw_m, up_m, down_m = statistics.median(raw), statistics.median(up), statistics.median(down)
+    raw_m, up_m, cli_m, down_m = (statistics.median(x) for x in (raw, up, cli, down))
+
+    def row(label: str, xs: list[float]) -> str:
+        return f"{label:<38} median {statistics.median(xs):.2f}s  (all: {', '.join(f'{x:.2f}' for x in xs)})"
+
     print(f"rounds: {args.rounds}, layout: {LAYOUT.name}, Kubernetes {args.k8s}")
-    print(f"raw kwokctl create cluster --wait: median {raw_m:.2f}s  (all: {', '.join(f'{x:.2f}' for x in raw)})")
-    print(f"dra-testbed up to schedulable:     median {up_m:.2f}s  (all: {', '.join(f'{x:.2f}' for x in up)})")
-    print(f"dra-testbed down:                  median {down_m:.2f}s")
-    print(f"overhead of up over raw kwokctl: {100 * (up_m / raw_m - 1):+.1f}% (goal: at most +20%)")
+    print(row("raw kwokctl create cluster --wait:", raw))
+    print(row("up to schedulable (KwokCluster.create):", up))
+    print(row("`dra-testbed up` command:", cli))
+    print(row("down (KwokCluster.delete):", down))
+    print(f"overhead over raw kwokctl: create {100 * (up_m / raw_m - 1):+.1f}%, "
+          f"`dra-testbed up` {100 * (cli_m / raw_m - 1):+.1f}% (goal: at most +20%)")
 
 
 if __name__ == "__main__":

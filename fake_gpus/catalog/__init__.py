@@ -517,7 +517,8 @@ def load_board_file(file: Path) -> Board:
     file = Path(file)
     ctx = _Ctx(file)
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        # libyaml's loader (same results, ~10x faster): every CLI command, the publisher and the plugin load the catalog
+        raw = yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except OSError as exc:
         raise CatalogError(f"{file.name}: (file): cannot be read ({exc.strerror}); valid: a readable YAML file") from exc
     except yaml.YAMLError as exc:

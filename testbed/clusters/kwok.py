@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -18,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.catalog import get_board
 from fake_gpus.driver import launch
-from fake_gpus.driver.publisher import LAYOUT_LABEL
+from fake_gpus.driver.publisher import LAYOUT_LABEL, preload_api_modules
 from testbed import progress
 from testbed.cachedir import state_root
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
@@ -137,6 +138,7 @@ class KwokCluster(Cluster):
         try:
             # the publisher starts first and waits for the kubeconfig: its start-up overlaps the control plane's
             publisher = launch.spawn_publisher(self.home, self.home / "kubeconfig", env=spec.driver_env)
+            threading.Thread(target=preload_api_modules, daemon=True).start()  # while kwokctl works
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
                 self._start_control_plane(toolchain, spec)
             kubeconfig = self._write_kubeconfig(toolchain.path("kwokctl"))
@@ -203,8 +205,18 @@ class KwokCluster(Cluster):
         return path
 
     def add_nodes(self, api: client.ApiClient, layout: Layout) -> None:
-        """Create the layout's Node objects (the KWOK controller then keeps them Ready)."""
+        """Create the layout's Node objects (the KWOK controller then keeps them Ready), and the default
+        namespace's default ServiceAccount.
+
+        Pods cannot be created before that account exists. The controller-manager's serviceaccounts
+        controller creates it only after its informers sync, up to ~2 s after kwokctl reports the cluster
+        ready; creating it here (the controller tolerates an existing one) takes that off `up`'s time."""
         core = client.CoreV1Api(api)
+        try:
+            core.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
         for node in layout.nodes:
             try:
                 core.create_node(body=node_object(node))
