@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pynvml
 import pytest
 
@@ -132,11 +134,17 @@ def three_gpu_node(tmp_path):
         ({"CUDA_VISIBLE_DEVICES": "1"}, [1]),
         ({"CUDA_VISIBLE_DEVICES": ""}, []),
         ({"NVIDIA_VISIBLE_DEVICES": "1,2", "CUDA_VISIBLE_DEVICES": "1"}, [2]),  # CUDA indexes the narrowed view
+        # the fake driver's per-device variables (one per CDI device, so several claims add up):
+        # their union in device order; the shared NVIDIA_VISIBLE_DEVICES (last claim wins) is then ignored
+        ({"FAKE_NVML_VISIBLE_A": "GPU2", "FAKE_NVML_VISIBLE_B": "GPU0"}, [0, 2]),
+        ({"FAKE_NVML_VISIBLE_A": "GPU2", "FAKE_NVML_VISIBLE_B": "GPU2,GPU0", "NVIDIA_VISIBLE_DEVICES": "GPU1"}, [0, 2]),
+        ({"FAKE_NVML_VISIBLE_A": "GPU2", "FAKE_NVML_VISIBLE_B": "GPU1", "CUDA_VISIBLE_DEVICES": "1"}, [2]),
+        ({"FAKE_NVML_VISIBLE_A": "none"}, []),
     ],
 )
 def test_visible_devices_narrow_the_view(run_client, three_gpu_node, env, want):
     d, gpus, uuids = three_gpu_node
-    env = {k: v.replace("GPU1", gpus[1].uuid) for k, v in env.items()}
+    env = {k: re.sub(r"GPU(\d)", lambda m: gpus[int(m.group(1))].uuid, v) for k, v in env.items()}
     rows = json_lines(run_client(VIEW, d, env))
     assert [r[0] for r in rows] == [gpus[i].uuid for i in want]
     assert [r[1] for r in rows] == [gpus[i].minor for i in want]  # minors stay the host's
@@ -150,6 +158,8 @@ def test_visible_mig_device(run_client, three_gpu_node):
     assert rows == [[gpus[1].uuid, gpus[1].minor, [uuids[1]]]]
     rows = json_lines(run_client(VIEW, d, {"NVIDIA_VISIBLE_DEVICES": f"{uuids[0]},{gpus[2].uuid}"}))
     assert rows == [[gpus[1].uuid, gpus[1].minor, [uuids[0]]], [gpus[2].uuid, gpus[2].minor, []]]
+    rows = json_lines(run_client(VIEW, d, {"FAKE_NVML_VISIBLE_X": gpus[2].uuid, "FAKE_NVML_VISIBLE_Y": uuids[1]}))
+    assert rows == [[gpus[1].uuid, gpus[1].minor, [uuids[1]]], [gpus[2].uuid, gpus[2].minor, []]]
     proc = run_client(f"""
 import pynvml
 pynvml.nvmlInit()

@@ -313,3 +313,13 @@ def cdi_env(spec: dict, device_id: str) -> dict[str, str]:
 def container_view(spec: dict, device_id: str) -> list:
     """What nvidia-ml-py shows inside a container given this CDI device: GPUs with their MIG devices."""
     return run_nvml(VIEW, cdi_env(spec, device_id))
+
+
+def container_env(specs: Sequence[dict], device_ids: Sequence[str]) -> dict[str, str]:
+    """The environment of a container given several CDI devices (from several claims' specs): the
+    runtime applies each device's edits in turn, so a name set by two devices keeps the last value."""
+    env: dict[str, str] = {}
+    for device_id in device_ids:
+        (spec,) = [s for s in specs if any(device_id == f"{s['kind']}={d['name']}" for d in s["devices"])]
+        env.update(cdi_env(spec, device_id))
+    return env

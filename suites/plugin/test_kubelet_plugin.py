@@ -11,7 +11,7 @@ import json
 import grpc
 import pytest
 
-from conftest import DRIVER, NODE, cdi_env, container_view
+from conftest import DRIVER, NODE, VIEW, cdi_env, container_env, container_view, run_nvml
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId
 
 pytestmark = pytest.mark.cluster
@@ -78,6 +78,21 @@ def test_whole_gpu_prepare_exposes_only_that_gpu(start_plugin, state_dir, kubele
     assert mig_instances(state_dir) == []
     assert k.unprepare([claim]).claims[claim.uid].error == ""
     assert spec_files(plugin) == []
+
+
+def test_a_container_with_two_claims_sees_the_devices_of_both(start_plugin, state_dir, kubelet, make_claim) -> None:
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    whole, mig = make_claim(["gpu-1"]), make_claim([MIG_1G])
+    response = k.prepare([whole, mig])
+    ids = [prepared_devices(response, claim)[0].cdi_device_ids[0] for claim in (whole, mig)]
+    specs = [json.loads(path.read_text()) for path in spec_files(plugin)]
+    mig_uuid = container_env(specs, ids[1:])["NVIDIA_VISIBLE_DEVICES"]
+    # in either order of the claims: NVIDIA_VISIBLE_DEVICES of the last one must not hide the other's device
+    for order in (ids, ids[::-1]):
+        view = run_nvml(VIEW, container_env(specs, order))
+        assert [(g["minor"], g["migs"]) for g in view] == [(0, [mig_uuid]), (1, [])], f"container sees {view}"
+    assert all(k.unprepare([whole, mig]).claims[c.uid].error == "" for c in (whole, mig))
 
 
 def test_prepare_twice_is_idempotent(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,14 +58,25 @@ def spec_file_name(driver: str, claim_uid: str) -> str:
     return f"{cdi_kind(driver).replace('/', '_')}-claim_{claim_uid}.json"
 
 
+def visibility_variable(claim_uid: str, device_name: str) -> str:
+    """The per-device variable the fake NVML unions into its view (see the library's core.c).
+
+    A container with several claims gets the environment of every CDI device it uses, and the runtime
+    keeps only the last value of a shared name such as NVIDIA_VISIBLE_DEVICES; one name per device
+    keeps every claim's devices visible."""
+    return "FAKE_NVML_VISIBLE_" + re.sub(r"[^A-Z0-9]", "_", cdi_device_name(claim_uid, device_name).upper())
+
+
 def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str]], mounts: FakeNvmlMounts) -> dict:
-    """The spec of a claim; `devices` are (device name, value of NVIDIA_VISIBLE_DEVICES)."""
+    """The spec of a claim; `devices` are (device name, the UUIDs a container using it must see)."""
     return {
         "cdiVersion": CDI_VERSION,
         "kind": cdi_kind(driver),
         "devices": [
             {"name": cdi_device_name(claim_uid, name),
-             "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}", *mounts.env()], "mounts": mounts.mounts()}}
+             "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}", f"{visibility_variable(claim_uid, name)}={visible}",
+                                        *mounts.env()],
+                                "mounts": mounts.mounts()}}
             for name, visible in devices
         ],
     }

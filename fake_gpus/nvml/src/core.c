@@ -410,6 +410,52 @@ static void fk_apply_visible(const char *spec, int empty_is_none) {
     fk_n_views = n_out;
 }
 
+static void fk_view_all(void) {
+    fk_n_views = fk_n_gpus;
+    for (unsigned i = 0; i < fk_n_gpus; i++) fk_views[i] = (fk_view){i, 0, 0, 0};
+}
+
+static int fk_view_order(const void *a, const void *b) {
+    const fk_view *x = a, *y = b;
+    if (x->gpu != y->gpu) return x->gpu < y->gpu ? -1 : 1;
+    if (x->mig_only != y->mig_only) return x->mig_only < y->mig_only ? -1 : 1;
+    if (x->gi != y->gi) return x->gi < y->gi ? -1 : 1;
+    return x->ci < y->ci ? -1 : (x->ci > y->ci);
+}
+
+/* Each CDI device of the fake driver sets its own FAKE_NVML_VISIBLE_<device>=<uuids>, because a
+ * container with several claims gets the environment of all their devices and one shared
+ * NVIDIA_VISIBLE_DEVICES would keep only the last. The view is the union of those variables, in
+ * device order as device nodes would give it. Returns 0 (view untouched but reset) when none is set. */
+static int fk_apply_device_visibility(void) {
+    extern char **environ;
+    static const char prefix[] = "FAKE_NVML_VISIBLE_";
+    fk_view acc[FK_MAX_GPUS];
+    unsigned n_acc = 0;
+    int seen = 0;
+    fk_view_all();
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, prefix, sizeof prefix - 1) != 0 || !eq) continue;
+        seen = 1;
+        fk_view_all();
+        fk_apply_visible(eq + 1, 1);
+        for (unsigned i = 0; i < fk_n_views; i++) {
+            int dup = 0;
+            for (unsigned j = 0; j < n_acc; j++) dup |= memcmp(&acc[j], &fk_views[i], sizeof acc[j]) == 0;
+            if (!dup && n_acc < FK_MAX_GPUS) acc[n_acc++] = fk_views[i];
+        }
+    }
+    if (!seen) {
+        fk_view_all();
+        return 0;
+    }
+    qsort(acc, n_acc, sizeof acc[0], fk_view_order);
+    memcpy(fk_views, acc, sizeof acc[0] * n_acc);
+    fk_n_views = n_acc;
+    return 1;
+}
+
 /* ---------------------------------------------------------------- init / shutdown */
 
 static nvmlReturn_t fk_open_session(void) {
@@ -435,9 +481,8 @@ static nvmlReturn_t fk_open_session(void) {
         fk_state_unlock();
     }
     if (rc == NVML_SUCCESS) {
-        fk_n_views = fk_n_gpus;
-        for (unsigned i = 0; i < fk_n_gpus; i++) fk_views[i] = (fk_view){i, 0, 0, 0};
-        fk_apply_visible(getenv("NVIDIA_VISIBLE_DEVICES"), 0);
+        if (!fk_apply_device_visibility())
+            fk_apply_visible(getenv("NVIDIA_VISIBLE_DEVICES"), 0);
         fk_apply_visible(getenv("CUDA_VISIBLE_DEVICES"), 1);
     } else {
         close(fk_lock_fd);
