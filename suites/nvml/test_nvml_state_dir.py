@@ -160,6 +160,11 @@ def test_visible_mig_device(run_client, three_gpu_node):
     assert rows == [[gpus[1].uuid, gpus[1].minor, [uuids[0]]], [gpus[2].uuid, gpus[2].minor, []]]
     rows = json_lines(run_client(VIEW, d, {"FAKE_NVML_VISIBLE_X": gpus[2].uuid, "FAKE_NVML_VISIBLE_Y": uuids[1]}))
     assert rows == [[gpus[1].uuid, gpus[1].minor, [uuids[1]]], [gpus[2].uuid, gpus[2].minor, []]]
+    # two MIG devices of one GPU: that GPU once, with both (however they were named); its whole GPU shows all
+    both = [[gpus[1].uuid, gpus[1].minor, uuids]]
+    assert json_lines(run_client(VIEW, d, {"NVIDIA_VISIBLE_DEVICES": f"{uuids[1]},{uuids[0]}"})) == both
+    assert json_lines(run_client(VIEW, d, {"FAKE_NVML_VISIBLE_X": uuids[1], "FAKE_NVML_VISIBLE_Y": uuids[0]})) == both
+    assert json_lines(run_client(VIEW, d, {"NVIDIA_VISIBLE_DEVICES": f"{uuids[0]},{gpus[1].uuid}"})) == both
     proc = run_client(f"""
 import pynvml
 pynvml.nvmlInit()

@@ -80,19 +80,25 @@ def test_whole_gpu_prepare_exposes_only_that_gpu(start_plugin, state_dir, kubele
     assert spec_files(plugin) == []
 
 
-def test_a_container_with_two_claims_sees_the_devices_of_both(start_plugin, state_dir, kubelet, make_claim) -> None:
+@pytest.mark.parametrize("first, second", [("gpu-1", MIG_1G), (MIG_1G, "gpu-0-mig-1g10gb-5")])
+def test_a_container_with_two_claims_sees_the_devices_of_both(start_plugin, state_dir, kubelet, make_claim, first, second) -> None:
     plugin = start_plugin(state_dir)
     k = kubelet(plugin)
-    whole, mig = make_claim(["gpu-1"]), make_claim([MIG_1G])
-    response = k.prepare([whole, mig])
-    ids = [prepared_devices(response, claim)[0].cdi_device_ids[0] for claim in (whole, mig)]
+    claims = make_claim([first]), make_claim([second])
+    response = k.prepare(list(claims))
+    ids = [prepared_devices(response, claim)[0].cdi_device_ids[0] for claim in claims]
     specs = [json.loads(path.read_text()) for path in spec_files(plugin)]
-    mig_uuid = container_env(specs, ids[1:])["NVIDIA_VISIBLE_DEVICES"]
+    # what each claim alone shows, merged per GPU: a GPU appears once, with the MIG devices of both claims
+    want: dict[int, list[str]] = {}
+    for device_id in ids:
+        for gpu in run_nvml(VIEW, container_env(specs, [device_id])):
+            want[gpu["minor"]] = sorted({*want.get(gpu["minor"], []), *gpu["migs"]})
+    assert len(want) == len({first.split("-mig")[0], second.split("-mig")[0]})
     # in either order of the claims: NVIDIA_VISIBLE_DEVICES of the last one must not hide the other's device
     for order in (ids, ids[::-1]):
         view = run_nvml(VIEW, container_env(specs, order))
-        assert [(g["minor"], g["migs"]) for g in view] == [(0, [mig_uuid]), (1, [])], f"container sees {view}"
-    assert all(k.unprepare([whole, mig]).claims[c.uid].error == "" for c in (whole, mig))
+        assert [(g["minor"], sorted(g["migs"])) for g in view] == sorted(want.items()), f"container sees {view}"
+    assert all(k.unprepare(list(claims)).claims[c.uid].error == "" for c in claims)
 
 
 def test_prepare_twice_is_idempotent(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:

@@ -138,11 +138,16 @@ int fk_view_of_gpu(unsigned gpu) {
     return -1;
 }
 
+static int fk_view_has(const fk_view *v, unsigned gi, unsigned ci) {
+    if (!v->mig_only) return 1;
+    for (unsigned i = 0; i < v->n_migs; i++)
+        if (v->migs[i].gi == gi && (ci == UINT_MAX || v->migs[i].ci == ci)) return 1;
+    return 0;
+}
+
 /* Whether the view entry shows GPU instance gi (ci == UINT_MAX) or MIG device (gi, ci). */
 int fk_view_shows(unsigned view, unsigned gi, unsigned ci) {
-    const fk_view *v = &fk_views[view];
-    if (!v->mig_only) return 1;
-    return v->gi == gi && (ci == UINT_MAX || v->ci == ci);
+    return fk_view_has(&fk_views[view], gi, ci);
 }
 
 /* ---------------------------------------------------------------- catalog lookups */
@@ -360,6 +365,24 @@ void fk_new_mig_uuid(char out[FK_UUID_LEN]) {
 /* Narrow fk_views by one NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES value, as a container
  * runtime (or CUDA) would: "all", "none", "void", or a comma list of indexes, GPU and MIG UUIDs.
  * Indexes refer to the view as narrowed so far; unknown entries are dropped. */
+/* Add `pick` to views[0..*n): a GPU already there absorbs it (whole wins; MIG devices add up). */
+static void fk_view_merge(fk_view *views, unsigned *n, const fk_view *pick) {
+    for (unsigned j = 0; j < *n; j++) {
+        fk_view *v = &views[j];
+        if (v->gpu != pick->gpu) continue;
+        if (!pick->mig_only) {
+            v->mig_only = 0;
+            v->n_migs = 0;
+        } else if (v->mig_only) {
+            for (unsigned k = 0; k < pick->n_migs; k++)
+                if (!fk_view_has(v, pick->migs[k].gi, pick->migs[k].ci) && v->n_migs < FK_MAX_CI_PER_GPU)
+                    v->migs[v->n_migs++] = pick->migs[k];
+        }
+        return;
+    }
+    if (*n < FK_MAX_GPUS) views[(*n)++] = *pick;
+}
+
 static void fk_apply_visible(const char *spec, int empty_is_none) {
     if (!spec) return;
     while (isspace((unsigned char)*spec)) spec++;
@@ -372,7 +395,8 @@ static void fk_apply_visible(const char *spec, int empty_is_none) {
         fk_n_views = 0;
         return;
     }
-    fk_view old[FK_MAX_GPUS], out[FK_MAX_GPUS];
+    /* static: a view is ~0.5 KiB and callers' threads may have small stacks; fk_mutex is held */
+    static fk_view old[FK_MAX_GPUS], out[FK_MAX_GPUS];
     unsigned n_old = fk_n_views, n_out = 0;
     memcpy(old, fk_views, sizeof(fk_view) * n_old);
     char buf[4096];
@@ -380,31 +404,26 @@ static void fk_apply_visible(const char *spec, int empty_is_none) {
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         while (isspace((unsigned char)*tok)) tok++;
         for (char *e = tok + strlen(tok); e > tok && isspace((unsigned char)e[-1]);) *--e = '\0';
-        fk_view pick;
-        int found = 0;
         if (*tok && strspn(tok, "0123456789") == strlen(tok)) {
             unsigned long i = strtoul(tok, NULL, 10);
-            if (i < n_old) { pick = old[i]; found = 1; }
+            if (i < n_old) fk_view_merge(out, &n_out, &old[i]);
         } else if (strncasecmp(tok, "GPU-", 4) == 0) {
-            for (unsigned i = 0; i < n_old && !found; i++)
-                if (!old[i].mig_only && strcasecmp(fk_gpus[old[i].gpu].uuid, tok) == 0) { pick = old[i]; found = 1; }
-        } else if (strncasecmp(tok, "MIG-", 4) == 0) {
-            for (unsigned i = 0; i < n_old && !found; i++) {
-                const fk_mig_gpu *m = &fk_mig[old[i].gpu];
-                for (unsigned c = 0; c < m->n_ci && !found; c++) {
-                    const fk_ci *ci = &m->ci[c];
-                    if (strcasecmp(ci->uuid, tok) != 0) continue;
-                    if (old[i].mig_only && (old[i].gi != ci->gi || old[i].ci != ci->id)) continue;
-                    pick = (fk_view){old[i].gpu, 1, ci->gi, ci->id};
-                    found = 1;
+            for (unsigned i = 0; i < n_old; i++)
+                if (!old[i].mig_only && strcasecmp(fk_gpus[old[i].gpu].uuid, tok) == 0) {
+                    fk_view_merge(out, &n_out, &old[i]);
+                    break;
                 }
+        } else if (strncasecmp(tok, "MIG-", 4) == 0) {
+            for (unsigned i = 0; i < n_old; i++) {
+                const fk_mig_gpu *m = &fk_mig[old[i].gpu];
+                unsigned c = 0;
+                while (c < m->n_ci && (strcasecmp(m->ci[c].uuid, tok) != 0 || !fk_view_has(&old[i], m->ci[c].gi, m->ci[c].id))) c++;
+                if (c == m->n_ci) continue;
+                fk_view pick = {.gpu = old[i].gpu, .mig_only = 1, .n_migs = 1, .migs = {{m->ci[c].gi, m->ci[c].id}}};
+                fk_view_merge(out, &n_out, &pick);
+                break;
             }
         }
-        if (!found) continue;
-        int dup = 0;
-        for (unsigned j = 0; j < n_out; j++)
-            dup |= memcmp(&out[j], &pick, sizeof pick) == 0;
-        if (!dup && n_out < FK_MAX_GPUS) out[n_out++] = pick;
     }
     memcpy(fk_views, out, sizeof(fk_view) * n_out);
     fk_n_views = n_out;
@@ -412,44 +431,34 @@ static void fk_apply_visible(const char *spec, int empty_is_none) {
 
 static void fk_view_all(void) {
     fk_n_views = fk_n_gpus;
-    for (unsigned i = 0; i < fk_n_gpus; i++) fk_views[i] = (fk_view){i, 0, 0, 0};
+    for (unsigned i = 0; i < fk_n_gpus; i++) fk_views[i] = (fk_view){.gpu = i};
 }
 
 static int fk_view_order(const void *a, const void *b) {
     const fk_view *x = a, *y = b;
-    if (x->gpu != y->gpu) return x->gpu < y->gpu ? -1 : 1;
-    if (x->mig_only != y->mig_only) return x->mig_only < y->mig_only ? -1 : 1;
-    if (x->gi != y->gi) return x->gi < y->gi ? -1 : 1;
-    return x->ci < y->ci ? -1 : (x->ci > y->ci);
+    return x->gpu < y->gpu ? -1 : (x->gpu > y->gpu);
 }
 
 /* Each CDI device of the fake driver sets its own FAKE_NVML_VISIBLE_<device>=<uuids>, because a
  * container with several claims gets the environment of all their devices and one shared
  * NVIDIA_VISIBLE_DEVICES would keep only the last. The view is the union of those variables, in
- * device order as device nodes would give it. Returns 0 (view untouched but reset) when none is set. */
+ * device order as device nodes would give it. Returns 0 (view reset to every GPU) when none is set. */
 static int fk_apply_device_visibility(void) {
     extern char **environ;
     static const char prefix[] = "FAKE_NVML_VISIBLE_";
-    fk_view acc[FK_MAX_GPUS];
+    static fk_view acc[FK_MAX_GPUS];
     unsigned n_acc = 0;
     int seen = 0;
-    fk_view_all();
     for (char **e = environ; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (strncmp(*e, prefix, sizeof prefix - 1) != 0 || !eq) continue;
         seen = 1;
         fk_view_all();
         fk_apply_visible(eq + 1, 1);
-        for (unsigned i = 0; i < fk_n_views; i++) {
-            int dup = 0;
-            for (unsigned j = 0; j < n_acc; j++) dup |= memcmp(&acc[j], &fk_views[i], sizeof acc[j]) == 0;
-            if (!dup && n_acc < FK_MAX_GPUS) acc[n_acc++] = fk_views[i];
-        }
+        for (unsigned i = 0; i < fk_n_views; i++) fk_view_merge(acc, &n_acc, &fk_views[i]);
     }
-    if (!seen) {
-        fk_view_all();
-        return 0;
-    }
+    fk_view_all();
+    if (!seen) return 0;
     qsort(acc, n_acc, sizeof acc[0], fk_view_order);
     memcpy(fk_views, acc, sizeof acc[0] * n_acc);
     fk_n_views = n_acc;

@@ -41,8 +41,10 @@ typedef struct {
     fk_ci ci[FK_MAX_CI_PER_GPU];
 } fk_mig_gpu;
 
-/* An entry of the visible-device view: a whole GPU, or a GPU narrowed to one MIG device. */
-typedef struct { unsigned gpu; int mig_only; unsigned gi, ci; } fk_view;
+/* An entry of the visible-device view: a whole GPU, or a GPU narrowed to some of its MIG devices
+ * (a container given two MIG devices of one GPU sees that GPU once, with both). */
+typedef struct { unsigned gi, ci; } fk_mig_ref;
+typedef struct { unsigned gpu; int mig_only; unsigned n_migs; fk_mig_ref migs[FK_MAX_CI_PER_GPU]; } fk_view;
 
 /* Handle objects live in static tables so that a handle stays valid (and comparable) for the
  * whole process and can be checked by address without dereferencing caller garbage. */
