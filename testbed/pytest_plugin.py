@@ -17,6 +17,7 @@ from kubernetes import client
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
+from testbed.namespaces import create_namespace
 from testbed.toolchain.versions import DEFAULT_MINOR
 
 DEFAULT_LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"
@@ -91,6 +92,6 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
 def namespace(testbed: TestBed) -> Iterator[str]:
     """A namespace of the test's own, so tests never see each other's claims and pods."""
     name = f"t-{uuid.uuid4().hex[:10]}"
-    testbed.core.create_namespace(body={"metadata": {"name": name, "labels": {"dra-testbed.io/test": "true"}}})
+    create_namespace(testbed.core, name, {"dra-testbed.io/test": "true"})
     yield name
     testbed.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))

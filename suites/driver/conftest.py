@@ -12,6 +12,7 @@ from kubernetes import client
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, parse_node_flag
+from testbed.namespaces import create_namespace
 from testbed.pytest_plugin import TestBed
 
 
@@ -56,6 +57,6 @@ def bed_namespace(request: pytest.FixtureRequest) -> Iterator[tuple[TestBed, str
     """A fresh namespace on the bed named by the test's `bed` parameter fixture."""
     bed: TestBed = request.getfixturevalue("scheduling_bed")
     name = f"t-{uuid.uuid4().hex[:10]}"
-    bed.core.create_namespace(body={"metadata": {"name": name}})
+    create_namespace(bed.core, name)
     yield bed, name
     bed.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))

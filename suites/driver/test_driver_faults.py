@@ -9,6 +9,7 @@ import pytest
 from conftest import driver_cluster
 from driver_helpers import IDENTITY, gpu_pod, mig_pod, overlapping_allocations, scheduled, settled, wait_pod
 from fake_gpus.driver.faults import fault_env
+from testbed.namespaces import create_namespace
 from testbed.pytest_plugin import TestBed
 
 pytestmark = pytest.mark.cluster
@@ -53,5 +54,5 @@ def test_check_fails_with_the_fault(fault: str) -> None:
     check, _, node_spec = CASES[fault]
     with driver_cluster("1.34", [f"n={node_spec}"], env=fault_env([fault])) as bed:
         ns = f"t-{uuid.uuid4().hex[:10]}"
-        bed.core.create_namespace(body={"metadata": {"name": ns}})
+        create_namespace(bed.core, ns)
         assert check(bed, ns, "n"), f"{fault}: the check did not notice the fault"

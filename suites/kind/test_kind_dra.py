@@ -15,6 +15,7 @@ from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.nvml.state import validate_state_dir
 from testbed.clusters.kind import DRIVER_NAMESPACE
+from testbed.namespaces import create_namespace
 from testbed.waiting import wait_for
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
@@ -93,7 +94,7 @@ def gpu_instances(bed, layout_node: str) -> list[tuple[int, int, int]]:
 @pytest.fixture
 def namespace(kind_bed):
     name = f"t-{uuid.uuid4().hex[:8]}"
-    kind_bed.core.create_namespace({"metadata": {"name": name}})
+    create_namespace(kind_bed.core, name)
     yield name
     kind_bed.core.delete_namespace(name, grace_period_seconds=0)
 
@@ -139,6 +140,22 @@ def test_two_pods_on_one_board_get_disjoint_partitions(kind_bed, namespace) -> N
     assert sorted(gpu_instances(kind_bed, "gpu-mig")) == sorted((MIG_PROFILE_1G10GB, s, n) for s, n in placements)
     for i in range(2):
         delete_pod(kind_bed, namespace, f"mig-{i}")
+
+
+def test_a_pod_with_two_claims_sees_the_board_once_with_both_partitions(kind_bed, namespace) -> None:
+    """containerd applies the CDI edits of both claims; the container must see both MIG devices."""
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    pod = gpu_pod("two-claims", kind_bed.workload_image, "gpu-mig", "one-1g")
+    pod["spec"]["resourceClaims"] = [{"name": name, "resourceClaimTemplateName": "one-1g"} for name in ("a", "b")]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "a"}, {"name": "b"}]
+    seen = run_pod(kind_bed, namespace, pod)
+    assert "error" not in seen, seen
+    assert len(seen["devices"]) == 1, seen
+    _, mig = validate_state_dir(kind_bed.state_dir("gpu-mig"))
+    assert sorted(m["uuid"] for m in seen["devices"][0]["mig_devices"]) == sorted(ci.uuid for ci in mig.compute_instances), seen
+    assert len(mig.compute_instances) == 2
+    delete_pod(kind_bed, namespace, "two-claims")
 
 
 def test_a_nodes_driver_cannot_write_another_nodes_slices(kind_bed) -> None:

@@ -205,18 +205,8 @@ class KwokCluster(Cluster):
         return path
 
     def add_nodes(self, api: client.ApiClient, layout: Layout) -> None:
-        """Create the layout's Node objects (the KWOK controller then keeps them Ready), and the default
-        namespace's default ServiceAccount.
-
-        Pods cannot be created before that account exists. The controller-manager's serviceaccounts
-        controller creates it only after its informers sync, up to ~2 s after kwokctl reports the cluster
-        ready; creating it here (the controller tolerates an existing one) takes that off `up`'s time."""
+        """Create the layout's Node objects (the KWOK controller then keeps them Ready)."""
         core = client.CoreV1Api(api)
-        try:
-            core.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
         for node in layout.nodes:
             try:
                 core.create_node(body=node_object(node))
@@ -242,7 +232,7 @@ class KwokCluster(Cluster):
                 raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices "
                                    f"{sorted(sliced)}, default service account {'present' if accounts else 'missing'}"
                                    f"{f', components exited: {dead}' if dead else ''}")
-            time.sleep(0.2)
+            time.sleep(0.1)
 
     def delete(self) -> None:
         kwokctl = self._kwokctl_path()

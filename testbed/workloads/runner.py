@@ -21,6 +21,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.identity import DriverIdentity, current_identity
+from testbed.namespaces import create_namespace
 from testbed.waiting import WaitTimeout, wait_for
 from testbed.workloads.bundle import write_bundle
 from testbed.workloads.devices import DeviceId, Inventory
@@ -143,9 +144,7 @@ class Runner:
         served = {c.metadata.name: [s.cel.expression for s in c.spec.selectors or []] for c in self.resource.list_device_class().items}
         check_classes(self.identity, served)
         labels = {NAMESPACE_LABEL: "true", ADMIN_NAMESPACE_LABEL: "true"}
-        self.core.create_namespace(body={"metadata": {"name": self.namespace, "labels": labels}})
-        wait_for(self.core.list_namespaced_service_account, lambda sa: True, namespace=self.namespace, name="default",
-                 timeout=30, what=f"default service account in {self.namespace}")
+        create_namespace(self.core, self.namespace, labels)
         return self
 
     def close(self) -> None:

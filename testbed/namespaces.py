@@ -1,0 +1,17 @@
+"""Namespaces for tests and workloads, ready for pods."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from testbed.waiting import wait_for
+
+
+def create_namespace(core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None, timeout: float = 60.0) -> None:
+    """Create namespace `name` and return once its default ServiceAccount exists.
+
+    The API server refuses pods in a namespace until the controller-manager has created that account,
+    which happens asynchronously (and late while the controller-manager is still starting)."""
+    core.create_namespace(body={"metadata": {"name": name, "labels": labels or {}}})
+    wait_for(core.list_namespaced_service_account, lambda _: True, namespace=name, name="default", timeout=timeout,
+             what=f"the default service account of namespace {name}")
