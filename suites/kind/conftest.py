@@ -20,8 +20,9 @@ from testbed.clusters.layout import from_flags
 from testbed.pytest_plugin import ApiViews
 
 CLUSTER_NAME = "dra-kind-e2e"
-# one whole-GPU node and one dynamic-MIG node, both H100 80GB: what the tests need
-LAYOUT_FLAGS = ["gpu-whole=h100-80gb:1:whole", "gpu-mig=h100-80gb:1:dynamic-mig"]
+# H100 80GB nodes in each driver mode: whole GPUs, dynamic MIG, and a static layout of seven 1g.10gb
+LAYOUT_FLAGS = ["gpu-whole=h100-80gb:1:whole", "gpu-mig=h100-80gb:1:dynamic-mig",
+                "gpu-static=h100-80gb:1:static-mig:all-1g.10gb"]
 
 
 @dataclass

@@ -128,6 +128,25 @@ def test_dynamic_1g10gb_exists_while_the_pod_runs_and_not_after(kind_bed, namesp
     assert gpu_instances(kind_bed, "gpu-mig") == []
 
 
+def test_static_1g10gb_is_used_as_laid_out_and_kept_after(kind_bed, namespace) -> None:
+    """Static MIG: the driver publishes the instances the layout made and neither creates nor destroys any."""
+    laid_out = sorted(gpu_instances(kind_bed, "gpu-static"))
+    assert laid_out and {p for p, _, _ in laid_out} == {MIG_PROFILE_1G10GB}, laid_out
+    kind_bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    seen = run_pod(kind_bed, namespace, gpu_pod("static", kind_bed.workload_image, "gpu-static", "one-1g"))
+    assert "error" not in seen, seen
+    migs = [m["uuid"] for d in seen["devices"] for m in d["mig_devices"]]
+    _, mig = validate_state_dir(kind_bed.state_dir("gpu-static"))
+    start, size = placement_of(allocated_device(kind_bed, namespace, "static"))
+    (allocated,) = [ci.uuid for gi in mig.gpu_instances if (gi.start, gi.size) == (start, size)
+                    for ci in mig.compute_instances if (ci.gpu, ci.gi) == (gi.gpu, gi.id)]
+    assert migs == [allocated], seen
+    assert sorted(gpu_instances(kind_bed, "gpu-static")) == laid_out
+    delete_pod(kind_bed, namespace, "static")
+    assert sorted(gpu_instances(kind_bed, "gpu-static")) == laid_out
+
+
 def test_two_pods_on_one_board_get_disjoint_partitions(kind_bed, namespace) -> None:
     kind_bed.resource.create_namespaced_resource_claim_template(
         namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
