@@ -362,9 +362,6 @@ void fk_new_mig_uuid(char out[FK_UUID_LEN]) {
 
 /* ---------------------------------------------------------------- visible devices */
 
-/* Narrow fk_views by one NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES value, as a container
- * runtime (or CUDA) would: "all", "none", "void", or a comma list of indexes, GPU and MIG UUIDs.
- * Indexes refer to the view as narrowed so far; unknown entries are dropped. */
 /* Add `pick` to views[0..*n): a GPU already there absorbs it (whole wins; MIG devices add up). */
 static void fk_view_merge(fk_view *views, unsigned *n, const fk_view *pick) {
     for (unsigned j = 0; j < *n; j++) {
@@ -383,6 +380,9 @@ static void fk_view_merge(fk_view *views, unsigned *n, const fk_view *pick) {
     if (*n < FK_MAX_GPUS) views[(*n)++] = *pick;
 }
 
+/* Narrow fk_views by one NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES value, as a container
+ * runtime (or CUDA) would: "all", "none", "void", or a comma list of indexes, GPU and MIG UUIDs.
+ * Indexes refer to the view as narrowed so far; unknown entries are dropped. */
 static void fk_apply_visible(const char *spec, int empty_is_none) {
     if (!spec) return;
     while (isspace((unsigned char)*spec)) spec++;
