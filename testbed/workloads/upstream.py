@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from fake_gpus.driver.slices import server_minor
+
 # k8s.io/dynamic-resource-allocation structured allocator, 1.34 and 1.35: when a firstAvailable
 # alternative other than the first uses allocationMode All, the recursion over "all" devices drops the
 # subrequest index and continues with the first alternative's device count, so the claim is allocated
@@ -15,10 +17,11 @@ from kubernetes import client
 ALL_IN_LATER_ALTERNATIVE_FIXED = (1, 36)
 
 
-def server_minor(api: client.ApiClient) -> tuple[int, int]:
-    info = client.VersionApi(api).get_code()
-    return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
+def served_version(api: client.ApiClient) -> tuple[int, int]:
+    """(major, minor) of the API server, e.g. (1, 35)."""
+    major, minor = server_minor(client.VersionApi(api).get_code()).split(".")
+    return int(major), int(minor)
 
 
 def all_in_later_alternative_works(api: client.ApiClient) -> bool:
-    return server_minor(api) >= ALL_IN_LATER_ALTERNATIVE_FIXED
+    return served_version(api) >= ALL_IN_LATER_ALTERNATIVE_FIXED
