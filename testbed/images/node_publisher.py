@@ -16,11 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from kubernetes import client, config
+from kubernetes import client
 
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.driver.kubeletplugin.claims import api_client
 from fake_gpus.driver.publisher import POLL_SECONDS, Publisher, _state_stamp, node_config
 from fake_gpus.driver.slices import api_limits, server_minor
 
@@ -39,15 +40,8 @@ class NodePublisher(Publisher):
         return self.node_state_dir
 
 
-def _api(kubeconfig: str) -> client.ApiClient:
-    if kubeconfig == "in-cluster":
-        config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=kubeconfig)
-
-
 def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) -> int:
-    api = _api(kubeconfig)
+    api = api_client(kubeconfig)
     limits = api_limits(server_minor(client.VersionApi(api).get_code()))
     publisher = NodePublisher(api, NvmlLibrary(nvml_lib_dir / SONAME), state_dir, {}, current_identity(), active_faults(),
                               limits, node_state_dir=state_dir)
