@@ -58,23 +58,46 @@ def run_pod(bed, namespace: str, pod: dict) -> dict:
         time.sleep(0.5)
 
 
+def one_1g_template(bed, namespace: str) -> str:
+    """A claim template `one-1g` for one 1g.10gb MIG device; returns its name."""
+    bed.resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
+    return "one-1g"
+
+
 def allocated_device(bed, namespace: str, pod_name: str) -> str:
     pod = bed.core.read_namespaced_pod(pod_name, namespace)
     claim = bed.resource.read_namespaced_resource_claim(pod.status.resource_claim_statuses[0].resource_claim_name, namespace)
     return claim.status.allocation.devices.results[0].device
 
 
-def delete_pod(bed, namespace: str, name: str) -> None:
+def cdi_specs(bed, layout_node: str) -> list[str]:
+    """CDI spec files of our driver on the node (in the node container's /var/run/cdi)."""
+    out = subprocess.run(["docker", "exec", bed.worker(layout_node), "ls", "/var/run/cdi"], capture_output=True, text=True)
+    return [name for name in out.stdout.split() if IDENTITY.driver in name]
+
+
+def delete_pod(bed, namespace: str, name: str, layout_node: str) -> None:
+    """Delete the pod and return once the node's plugin has unprepared its claims.
+
+    The pod object goes at once (grace 0); the kubelet unprepares afterwards, and the plugin removes a
+    claim's CDI spec (named by the claim's UID) last, after destroying what it created."""
+    pod = bed.core.read_namespaced_pod(name, namespace)
+    uids = [bed.resource.read_namespaced_resource_claim(s.resource_claim_name, namespace).metadata.uid
+            for s in pod.status.resource_claim_statuses or []]
     bed.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while True:
         try:
             bed.core.read_namespaced_pod(name, namespace)
         except ApiException as exc:
             if exc.status == 404:
-                return
+                break
+        assert time.monotonic() < deadline, f"pod {name} not gone after 120s"
         time.sleep(0.5)
-    raise AssertionError(f"pod {name} not gone after 120s")
+    while any(uid in spec for spec in cdi_specs(bed, layout_node) for uid in uids):
+        assert time.monotonic() < deadline, f"the claims of pod {name} not unprepared on {layout_node} after 120s"
+        time.sleep(0.5)
 
 
 def placement_of(device: str) -> tuple[int, int]:
@@ -111,9 +134,8 @@ def test_whole_h100_claim_shows_exactly_that_gpu(kind_bed, namespace) -> None:
 
 
 def test_dynamic_1g10gb_exists_while_the_pod_runs_and_not_after(kind_bed, namespace) -> None:
-    kind_bed.resource.create_namespaced_resource_claim_template(
-        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
-    seen = run_pod(kind_bed, namespace, gpu_pod("mig", kind_bed.workload_image, "gpu-mig", "one-1g"))
+    template = one_1g_template(kind_bed, namespace)
+    seen = run_pod(kind_bed, namespace, gpu_pod("mig", kind_bed.workload_image, "gpu-mig", template))
     assert "error" not in seen, seen
     migs = [m for d in seen["devices"] for m in d["mig_devices"]]
     assert len(migs) == 1, seen
@@ -121,10 +143,7 @@ def test_dynamic_1g10gb_exists_while_the_pod_runs_and_not_after(kind_bed, namesp
     assert migs[0]["memory_total"] == profile.memory_mib * 2**20
     start, size = placement_of(allocated_device(kind_bed, namespace, "mig"))
     assert gpu_instances(kind_bed, "gpu-mig") == [(MIG_PROFILE_1G10GB, start, size)]
-    delete_pod(kind_bed, namespace, "mig")
-    deadline = time.monotonic() + 60
-    while gpu_instances(kind_bed, "gpu-mig") and time.monotonic() < deadline:
-        time.sleep(0.5)
+    delete_pod(kind_bed, namespace, "mig", "gpu-mig")
     assert gpu_instances(kind_bed, "gpu-mig") == []
 
 
@@ -132,9 +151,8 @@ def test_static_1g10gb_is_used_as_laid_out_and_kept_after(kind_bed, namespace) -
     """Static MIG: the driver publishes the instances the layout made and neither creates nor destroys any."""
     laid_out = sorted(gpu_instances(kind_bed, "gpu-static"))
     assert laid_out and {p for p, _, _ in laid_out} == {MIG_PROFILE_1G10GB}, laid_out
-    kind_bed.resource.create_namespaced_resource_claim_template(
-        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
-    seen = run_pod(kind_bed, namespace, gpu_pod("static", kind_bed.workload_image, "gpu-static", "one-1g"))
+    template = one_1g_template(kind_bed, namespace)
+    seen = run_pod(kind_bed, namespace, gpu_pod("static", kind_bed.workload_image, "gpu-static", template))
     assert "error" not in seen, seen
     migs = [m["uuid"] for d in seen["devices"] for m in d["mig_devices"]]
     _, mig = validate_state_dir(kind_bed.state_dir("gpu-static"))
@@ -143,14 +161,13 @@ def test_static_1g10gb_is_used_as_laid_out_and_kept_after(kind_bed, namespace) -
                     for ci in mig.compute_instances if (ci.gpu, ci.gi) == (gi.gpu, gi.id)]
     assert migs == [allocated], seen
     assert sorted(gpu_instances(kind_bed, "gpu-static")) == laid_out
-    delete_pod(kind_bed, namespace, "static")
+    delete_pod(kind_bed, namespace, "static", "gpu-static")
     assert sorted(gpu_instances(kind_bed, "gpu-static")) == laid_out
 
 
 def test_two_pods_on_one_board_get_disjoint_partitions(kind_bed, namespace) -> None:
-    kind_bed.resource.create_namespaced_resource_claim_template(
-        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
-    seen = [run_pod(kind_bed, namespace, gpu_pod(f"mig-{i}", kind_bed.workload_image, "gpu-mig", "one-1g")) for i in range(2)]
+    template = one_1g_template(kind_bed, namespace)
+    seen = [run_pod(kind_bed, namespace, gpu_pod(f"mig-{i}", kind_bed.workload_image, "gpu-mig", template)) for i in range(2)]
     uuids = [m["uuid"] for s in seen for d in s["devices"] for m in d["mig_devices"]]
     assert len(uuids) == 2 and len(set(uuids)) == 2, seen
     placements = [placement_of(allocated_device(kind_bed, namespace, f"mig-{i}")) for i in range(2)]
@@ -158,15 +175,14 @@ def test_two_pods_on_one_board_get_disjoint_partitions(kind_bed, namespace) -> N
     assert not slices[0] & slices[1], placements
     assert sorted(gpu_instances(kind_bed, "gpu-mig")) == sorted((MIG_PROFILE_1G10GB, s, n) for s, n in placements)
     for i in range(2):
-        delete_pod(kind_bed, namespace, f"mig-{i}")
+        delete_pod(kind_bed, namespace, f"mig-{i}", "gpu-mig")
 
 
 def test_a_pod_with_two_claims_sees_the_board_once_with_both_partitions(kind_bed, namespace) -> None:
     """containerd applies the CDI edits of both claims; the container must see both MIG devices."""
-    kind_bed.resource.create_namespaced_resource_claim_template(
-        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
-    pod = gpu_pod("two-claims", kind_bed.workload_image, "gpu-mig", "one-1g")
-    pod["spec"]["resourceClaims"] = [{"name": name, "resourceClaimTemplateName": "one-1g"} for name in ("a", "b")]
+    template = one_1g_template(kind_bed, namespace)
+    pod = gpu_pod("two-claims", kind_bed.workload_image, "gpu-mig", template)
+    pod["spec"]["resourceClaims"] = [{"name": name, "resourceClaimTemplateName": template} for name in ("a", "b")]
     pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "a"}, {"name": "b"}]
     seen = run_pod(kind_bed, namespace, pod)
     assert "error" not in seen, seen
@@ -174,7 +190,7 @@ def test_a_pod_with_two_claims_sees_the_board_once_with_both_partitions(kind_bed
     _, mig = validate_state_dir(kind_bed.state_dir("gpu-mig"))
     assert sorted(m["uuid"] for m in seen["devices"][0]["mig_devices"]) == sorted(ci.uuid for ci in mig.compute_instances), seen
     assert len(mig.compute_instances) == 2
-    delete_pod(kind_bed, namespace, "two-claims")
+    delete_pod(kind_bed, namespace, "two-claims", "gpu-mig")
 
 
 def test_a_nodes_driver_cannot_write_another_nodes_slices(kind_bed) -> None:
@@ -209,18 +225,11 @@ def driver_pod_on(bed, node: str):
     return next(p for p in pods if p.spec.node_name == node and p.metadata.deletion_timestamp is None)
 
 
-def cdi_specs(bed, layout_node: str) -> list[str]:
-    """CDI spec files of our driver on the node (in the node container's /var/run/cdi)."""
-    out = subprocess.run(["docker", "exec", bed.worker(layout_node), "ls", "/var/run/cdi"], capture_output=True, text=True)
-    return [name for name in out.stdout.split() if IDENTITY.driver in name]
-
-
 def test_killing_the_plugin_mid_run_loses_and_leaks_nothing(kind_bed, namespace) -> None:
     """The plugin dies while a pod holds a MIG device; its successor still unprepares it cleanly."""
     node = kind_bed.worker("gpu-mig")
-    kind_bed.resource.create_namespaced_resource_claim_template(
-        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
-    seen = run_pod(kind_bed, namespace, gpu_pod("survivor", kind_bed.workload_image, "gpu-mig", "one-1g"))
+    template = one_1g_template(kind_bed, namespace)
+    seen = run_pod(kind_bed, namespace, gpu_pod("survivor", kind_bed.workload_image, "gpu-mig", template))
     assert len([m for d in seen["devices"] for m in d["mig_devices"]]) == 1
     old = driver_pod_on(kind_bed, node)
     kind_bed.core.delete_namespaced_pod(old.metadata.name, DRIVER_NAMESPACE, grace_period_seconds=0)
@@ -230,10 +239,7 @@ def test_killing_the_plugin_mid_run_loses_and_leaks_nothing(kind_bed, namespace)
              namespace=DRIVER_NAMESPACE, what="a new driver pod on the node", timeout=120)
     # the pod kept its device across the plugin's death
     assert len(gpu_instances(kind_bed, "gpu-mig")) == 1
-    delete_pod(kind_bed, namespace, "survivor")
-    deadline = time.monotonic() + 60
-    while (gpu_instances(kind_bed, "gpu-mig") or cdi_specs(kind_bed, "gpu-mig")) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    delete_pod(kind_bed, namespace, "survivor", "gpu-mig")
     assert gpu_instances(kind_bed, "gpu-mig") == []
     assert cdi_specs(kind_bed, "gpu-mig") == []
 
@@ -254,11 +260,9 @@ def faulty_driver(kind_bed):
 
 def test_fault_unprepare_leaks_is_caught(kind_bed, namespace, faulty_driver) -> None:
     faulty_driver("unprepare-leaks")
-    kind_bed.resource.create_namespaced_resource_claim_template(
-        namespace, claim_template("one-1g", IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"))
-    run_pod(kind_bed, namespace, gpu_pod("leaky", kind_bed.workload_image, "gpu-mig", "one-1g"))
-    delete_pod(kind_bed, namespace, "leaky")
-    time.sleep(5)
+    template = one_1g_template(kind_bed, namespace)
+    run_pod(kind_bed, namespace, gpu_pod("leaky", kind_bed.workload_image, "gpu-mig", template))
+    delete_pod(kind_bed, namespace, "leaky", "gpu-mig")
     # what test_dynamic_1g10gb_exists_while_the_pod_runs_and_not_after asserts empty
     assert len(gpu_instances(kind_bed, "gpu-mig")) == 1
 
