@@ -215,13 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.clusters.layout import LayoutError
     from testbed.toolchain.resolve import ToolchainError
     from testbed.toolchain.versions import UnknownVersionError
+    from testbed.docker.engine import DockerError
+    from testbed.hostdeps import HostDepsMissing
+    from testbed.images.build import ImageBuildError
+    from testbed.images.rootfs import RootfsError
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (UsageError, LayoutError, CatalogError, UnknownVersionError, UnknownNameError) as exc:
         return _fail(str(exc))
-    except (ClusterError, ToolchainError) as exc:
+    except (ClusterError, ToolchainError, HostDepsMissing, DockerError, ImageBuildError, RootfsError) as exc:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

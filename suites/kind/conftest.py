@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from testbed.clusters.base import ClusterSpec
+from testbed.clusters.base import ClusterError, ClusterSpec
 from testbed.clusters.kind import KindCluster
 from testbed.clusters.layout import from_flags
 from testbed.pytest_plugin import ApiViews
@@ -46,26 +46,36 @@ class KindBed(ApiViews):
 
 @pytest.fixture(scope="session")
 def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
-    from testbed.docker.engine import engine_running, stop_engine
+    from testbed.docker.engine import engine_running, stop_engine_if_idle
+    from testbed.docker.engine import DockerError
+    from testbed.hostdeps import HostDepsMissing
+    from testbed.images.build import ImageBuildError
     from testbed.images.extra import ensure_workload_image
+    from testbed.images.rootfs import RootfsError
 
     opts = request.config.option
     engine_was_running = engine_running()  # a dockerd this session starts is stopped again at its end
     cluster = KindCluster(CLUSTER_NAME)
     reused = bool(getattr(opts, "reuse_cluster", False)) and cluster.status().running
-    if not reused:
-        cluster.create(ClusterSpec(name=CLUSTER_NAME, k8s=opts.k8s, layout=from_flags(LAYOUT_FLAGS)), force=True)
-    workload = ensure_workload_image()
-    cluster.load_images(workload, workers_only=True)
-    api = cluster.api_client()
+    api = None
     failed_before = request.session.testsfailed
     try:
+        try:
+            if not reused:
+                cluster.create(ClusterSpec(name=CLUSTER_NAME, k8s=opts.k8s, layout=from_flags(LAYOUT_FLAGS)), force=True)
+            workload = ensure_workload_image()
+        except (ClusterError, HostDepsMissing, ImageBuildError, DockerError, RootfsError) as exc:
+            # one line, raised once and shown for every kind test: no stack of errors for a missing package
+            pytest.fail(f"kind test bed: {exc}", pytrace=False)
+        cluster.load_images(workload, workers_only=True)
+        api = cluster.api_client()
         yield KindBed(cluster, api, workload)
     finally:
-        api.close()
-        if request.session.testsfailed > failed_before:
-            cluster.collect_failure_logs()
+        if api is not None:
+            api.close()
+            if request.session.testsfailed > failed_before:
+                cluster.collect_failure_logs()
         if not (getattr(opts, "keep_cluster", False) or reused):
             cluster.delete()
             if not engine_was_running:
-                stop_engine()
+                stop_engine_if_idle()

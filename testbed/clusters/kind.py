@@ -19,11 +19,11 @@ from kubernetes import client
 
 from fake_gpus.catalog import get_board
 from fake_gpus.nvml.state import create_state_dir
-from testbed import progress
+from testbed import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.layout import Layout, NodeSpec
-from testbed.docker.engine import DockerError, docker, ensure_engine
+from testbed.docker.engine import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 from testbed.toolchain.versions import release_for
@@ -175,15 +175,16 @@ class KindCluster(Cluster):
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
         release = release_for(spec.k8s)
         try:
+            hostdeps.prefetch("kind")  # everything a first kind run needs, in one apt-get run
             ensure_engine()
-        except DockerError as exc:
+        except (DockerError, hostdeps.HostDepsMissing) as exc:
             raise ClusterError(str(exc)) from exc
         if self.exists():
             if not force:
                 raise ClusterError(f"a kind cluster named {self.name!r} already exists; use another --name, "
                                    f"`dra-testbed down --backend kind --name {self.name}`, or --force to replace it")
             progress.note(f"replacing the existing kind cluster {self.name!r} (--force)")
-            self.delete()
+            self._remove()
         if spec.apiserver_port and not port_is_free(spec.apiserver_port):
             raise ClusterError(f"port {spec.apiserver_port} is busy; choose a free --port or leave it out for a random one")
         kind = self._kind_binary(release.minor)
@@ -371,6 +372,11 @@ class KindCluster(Cluster):
         return folder
 
     def delete(self) -> None:
+        """Remove the cluster; a dockerd dra-testbed started goes too once no container is left on it."""
+        self._remove()
+        stop_engine_if_idle()
+
+    def _remove(self) -> None:
         record = self.saved_spec() or {}
         kind = Path(record["kind"]) if record.get("kind") and Path(record["kind"]).is_file() else None
         self._teardown(kind)

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import progress
+from testbed import hostdeps, progress
 from testbed.cachedir import cache_root, state_root
+from testbed.processes import terminate
 
 RUNTIME_NAME = "dra-testbed-runc"
-APT_PACKAGES = ("docker.io",)
 START_TIMEOUT = 60.0
 
 
@@ -59,15 +59,11 @@ def engine_running() -> bool:
 
 
 def install_engine() -> None:
-    """Install Debian's docker.io with apt (needs root); the engine then comes from /usr/sbin/dockerd."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise DockerError("no dockerd: install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`) and retry")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    with progress.step("installing docker.io with apt-get"):
-        for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *APT_PACKAGES]):
-            out = subprocess.run(args, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                raise DockerError(f"`{' '.join(args)}` failed: {(out.stderr or out.stdout).strip()[-300:]}")
+    """Install Debian's docker.io (testbed.hostdeps: apt-get as root, else one line on how to)."""
+    try:
+        hostdeps.ensure("docker")
+    except hostdeps.HostDepsMissing as exc:
+        raise DockerError(str(exc)) from exc
 
 
 def write_runtime(real_runc: str) -> Path:
@@ -142,18 +138,25 @@ def stop_engine(timeout: float = 30.0) -> bool:
     pid = started_pid()
     if pid is None:
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            break
-        time.sleep(0.2)
-    else:
-        os.kill(pid, signal.SIGKILL)
+    terminate(pid, grace=timeout)  # dockerd stops the containerd it manages on SIGTERM
+    try:  # dockerd runs in a session of its own: whatever it left in that group goes too
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     (run_dir() / "dockerd.pid").unlink(missing_ok=True)
     return True
+
+
+def stop_engine_if_idle() -> bool:
+    """Stop the dockerd this project started when no container runs on it (another run may be using it)."""
+    if started_pid() is None:
+        return False
+    out = docker("ps", "-q", check=False, timeout=60)
+    if out.returncode == 0 and out.stdout.strip():
+        progress.note("leaving dra-testbed's dockerd running: containers still run on it "
+                      "(`dra-testbed image stop-engine` stops it)")
+        return False
+    return stop_engine()
 
 
 def image_present(reference: str) -> bool:

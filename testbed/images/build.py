@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import progress
+from testbed import hostdeps, progress
 from testbed.docker.engine import DockerError, docker, ensure_engine, image_present
 from testbed.images import components, nodefiles, rootfs
 from testbed.toolchain.resolve import ensure
@@ -241,7 +241,7 @@ def ensure_node_image(minor: str, *, prefer_kindest: bool = True, rebuild: bool 
     try:
         with progress.step(f"building node image {reference}"):
             build_node_image(release, reference)
-    except (DockerError, subprocess.CalledProcessError) as exc:
+    except (DockerError, rootfs.RootfsError, hostdeps.HostDepsMissing, subprocess.CalledProcessError) as exc:
         raise ImageBuildError(f"node image build failed: {exc}") from exc
     drop_stale(NODE_REPO, reference, prefix=f"{release.kubernetes}-")
     return NodeImage(reference, "build")

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import progress
+from testbed import hostdeps, progress
 from testbed.cachedir import cache_root
 from testbed.toolchain import gobuild
 from testbed.toolchain.goenv import go_binary, go_env
@@ -96,6 +96,7 @@ def ensure_components(release: Release) -> Path:
     wanted = [name for c in GO_COMPONENTS for name in c.packages] + list(KUBERNETES_EXTRA)
     if stamp_file.is_file() and stamp_file.read_text() == _stamp(release) and all((bin_dir / n).is_file() for n in wanted):
         return bin_dir
+    hostdeps.ensure("runc")  # runc's seccomp support links libseccomp through cgo
     staging = root / "bin.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from testbed import progress
+from testbed import hostdeps, progress
 from testbed.cachedir import cache_root
 
 SUITE = "bookworm"
@@ -47,14 +47,11 @@ def rootfs_tarball(flavour: str) -> Path:
 
 
 def _debootstrap() -> str:
-    found = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None)
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "debootstrap"], check=True, capture_output=True,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-        return "/usr/sbin/debootstrap"
-    raise RootfsError("debootstrap is missing: install it (Debian/Ubuntu: `sudo apt-get install debootstrap`)")
+    try:
+        hostdeps.ensure("debootstrap")
+    except hostdeps.HostDepsMissing as exc:
+        raise RootfsError(str(exc)) from exc
+    return shutil.which("debootstrap") or "/usr/sbin/debootstrap"
 
 
 def ensure_rootfs(flavour: str) -> Path:
