@@ -15,6 +15,7 @@ from typing import Mapping
 import pynvml
 
 from fake_gpus.driver.inventory import MEMORY_SLICES, Gpu, MigProfile, Placement, read_gpu
+from fake_gpus.mig_placement import find_placements
 
 
 class MigLayoutError(ValueError):
@@ -32,21 +33,11 @@ def plan(gpu: Gpu, layout: Mapping[str, int]) -> list[tuple[MigProfile, Placemen
         if count > profile.instance_count:
             raise MigLayoutError(f"GPU {gpu.minor}: {count} x {name} asked, NVML allows {profile.instance_count}")
         wanted += [profile] * count
-    wanted.sort(key=lambda p: -p.size)  # big instances first: fewer dead ends
-
-    def place(i: int, used: list[Placement]) -> list[Placement] | None:
-        if i == len(wanted):
-            return []
-        for placement in wanted[i].placements:
-            if placement.start + placement.size <= MEMORY_SLICES and not any(placement.overlaps(u) for u in used):
-                rest = place(i + 1, used + [placement])
-                if rest is not None:
-                    return [placement] + rest
-        return None
-
-    placements = place(0, [])
-    if placements is None:
+    wanted.sort(key=lambda p: -p.size)  # big instances first: created in that order, as before
+    runs = find_placements([[(pl.start, pl.size) for pl in p.placements] for p in wanted], MEMORY_SLICES)
+    if runs is None:
         raise MigLayoutError(f"GPU {gpu.minor} ({gpu.product_name}): layout {dict(layout)} does not fit its memory slices")
+    placements = [Placement(start, size) for start, size in runs]
     return list(zip(wanted, placements))
 
 

@@ -17,6 +17,7 @@ from fake_gpus.catalog import (
     BOARDS_DIR,
     Board,
     CatalogError,
+    find_placements,
     get_board,
     layout_fits,
     load_catalog,
@@ -409,3 +410,14 @@ def test_max_disjoint_placements() -> None:
     assert max_disjoint_placements((0, 2, 4, 6), 2) == 4
     assert max_disjoint_placements((0, 4), 4) == 2
     assert max_disjoint_placements((0, 2, 4), 4) == 2
+
+
+def test_find_placements_answers_in_input_order() -> None:
+    # a 4-slice instance must take 0 or 4; the 1-slice ones go around it, answered in the order asked
+    runs = find_placements([[(s, 1) for s in range(7)], [(0, 4), (4, 4)], [(s, 1) for s in range(7)]])
+    assert runs is not None and runs[1] in ((0, 4), (4, 4))
+    used = [slot for start, size in runs for slot in range(start, start + size)]
+    assert len(used) == len(set(used)) == 6
+    assert find_placements([[(0, 4), (4, 4)]] * 3) is None  # three halves do not fit
+    assert find_placements([[(4, 8)]]) is None  # a run past the last slice is never chosen
+    assert find_placements([]) == []

@@ -1,0 +1,28 @@
+"""Named MIG layouts: can a {profile: count} mapping be laid out on one GPU of a board?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fake_gpus.catalog.model import COMPUTE_SLICES, CatalogError, GpuInstanceProfile
+from fake_gpus.mig_placement import find_placements
+
+__all__ = ["layout_fits"]
+
+
+def layout_fits(profiles: tuple[GpuInstanceProfile, ...], counts: Mapping[str, int]) -> bool:
+    """Can ``counts`` instances of the named profiles coexist on one GPU?
+
+    They must take disjoint memory slices at real placements, stay within each
+    profile's instance limit and within the 7 compute slices.
+    """
+    by_name = {p.name: p for p in profiles}
+    unknown = sorted(set(counts) - set(by_name))
+    if unknown:
+        raise CatalogError(f"unknown MIG profiles {unknown}; valid profiles: {', '.join(by_name)}")
+    wanted = [by_name[n] for n, c in counts.items() for _ in range(c)]
+    if any(counts[p.name] > p.max_instances for p in wanted):
+        return False
+    if sum(p.slice_count for p in wanted) > COMPUTE_SLICES:
+        return False
+    return find_placements([[(s, p.memory_slices) for s in p.placements] for p in wanted]) is not None

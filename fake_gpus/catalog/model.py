@@ -1,0 +1,116 @@
+"""The catalog's data model: boards, their MIG profiles, and the constants every board shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from fake_gpus.mig_placement import MEMORY_SLICES
+
+__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "UNKNOWN",
+           "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile"]
+
+# Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8; MEMORY_SLICES) and compute into 7.
+COMPUTE_SLICES = 7
+NVIDIA_PCI_VENDOR = 0x10DE
+ARCHITECTURES = {"hopper": 9, "blackwell": 10}  # NVML_DEVICE_ARCH_* (nvml.h)
+UNKNOWN = "unknown"
+DEFAULT_SOURCE = "default"
+
+
+class CatalogError(ValueError):
+    """A board file is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class ComputeInstanceProfile:
+    nvml_profile: int  # NVML_COMPUTE_INSTANCE_PROFILE_* value
+    id: int  # info.id as NVML reports it
+    name: str  # e.g. "1c.3g.40gb"
+    slice_count: int
+    multiprocessors: int | None  # None: no public source gave it
+
+
+@dataclass(frozen=True)
+class GpuInstanceProfile:
+    nvml_profile: int  # NVML_GPU_INSTANCE_PROFILE_* passed to ...GetGpuInstanceProfileInfo
+    id: int  # profile id (nvidia-smi "ID", info.id), e.g. 19
+    name: str  # "1g.10gb"
+    slice_count: int  # compute slices (info.sliceCount)
+    memory_slices: int  # placement size over the board's memory slices
+    # The counts below are None only where no public source gave them
+    # (see the board file's sources); every H100/H200 value is known.
+    memory_mib: int | None  # info.memorySizeMB
+    multiprocessors: int | None
+    copy_engines: int | None
+    decoders: int | None
+    encoders: int | None
+    jpeg_engines: int | None
+    ofa_engines: int | None
+    max_instances: int  # info.instanceCount
+    placements: tuple[int, ...]  # possible placement starts
+    compute_instance_profiles: tuple[ComputeInstanceProfile, ...]
+    p2p_supported: bool = False  # info.isP2pSupported ("P2P" column of -lgip)
+    # Why max_instances is below what the placements could hold (e.g. a single
+    # set of media engines); None when they agree.
+    instance_limit_reason: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when every count of this profile and its CIs is known."""
+        counts = (self.memory_mib, self.multiprocessors, self.copy_engines, self.decoders,
+                  self.encoders, self.jpeg_engines, self.ofa_engines)
+        cis = (c.multiprocessors for c in self.compute_instance_profiles)
+        return None not in counts and None not in cis
+
+
+@dataclass(frozen=True)
+class Board:
+    key: str
+    product_name: str
+    memory_mib: int
+    pci_device_id: int  # NVML pciDeviceId form: (device << 16) | 0x10DE
+    pci_subsystem_id: int | None
+    architecture: str  # "hopper" | "blackwell"
+    nvml_architecture: int  # NVML_DEVICE_ARCH_*
+    brand: str  # lower-case brand name
+    nvml_brand: int  # NVML_BRAND_*
+    cuda_compute_capability: tuple[int, int]
+    driver_version: str  # e.g. "580.95.05"
+    cuda_driver_version: int  # nvmlSystemGetCudaDriverVersion form, e.g. 13000
+    multiprocessors: int
+    copy_engines: int | None
+    decoders: int | None
+    encoders: int | None
+    jpeg_engines: int | None
+    ofa_engines: int | None
+    memory_slices: int  # 8
+    gpu_instance_profiles: tuple[GpuInstanceProfile, ...]
+    sources: Mapping[str, str]  # fact path -> citation
+    # Strings NVIDIA's DRA driver publishes for the `brand` and `architecture`
+    # attributes (go-nvlib's spelling of the NVML enums, e.g. "Nvidia").
+    dra_brand: str = ""
+    dra_architecture: str = ""
+    # Named MIG layouts (e.g. gpu-operator's "all-balanced"): name -> {profile: count}.
+    mig_layouts: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def unknown_facts(self) -> tuple[str, ...]:
+        """Fact paths whose value no public source gave."""
+        return tuple(path for path, src in self.sources.items() if src.startswith(UNKNOWN))
+
+    def profile(self, name: str) -> GpuInstanceProfile:
+        """The GPU-instance profile called ``name``; CatalogError if absent."""
+        for p in self.gpu_instance_profiles:
+            if p.name == name:
+                return p
+        valid = ", ".join(p.name for p in self.gpu_instance_profiles)
+        raise CatalogError(f"board {self.key!r} has no MIG profile {name!r}; valid profiles: {valid}")
+
+    def profile_by_id(self, profile_id: int) -> GpuInstanceProfile:
+        """The GPU-instance profile with NVML/nvidia-smi id ``profile_id``."""
+        for p in self.gpu_instance_profiles:
+            if p.id == profile_id:
+                return p
+        valid = ", ".join(str(p.id) for p in self.gpu_instance_profiles)
+        raise CatalogError(f"board {self.key!r} has no MIG profile id {profile_id}; valid ids: {valid}")
