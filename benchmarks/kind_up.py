@@ -24,11 +24,12 @@ from pathlib import Path
 from kubernetes import client, watch
 
 from testbed.clusters.base import ClusterSpec
-from testbed.clusters.kind import KindCluster, remove_kind_network_if_unused
+from testbed.clusters.kind import KindCluster
+from testbed.clusters.kind.network import remove_kind_network_if_unused
 from testbed.clusters.layout import from_flags
-from testbed.docker.engine import docker, ensure_engine
-from testbed.images.build import ensure_node_image
-from testbed.images.extra import ensure_workload_image
+from testbed.clusters.kind.dockerd import docker, ensure_engine
+from testbed.clusters.kind.node_image import ensure_node_image
+from testbed.clusters.kind.driver_image import ensure_workload_image
 from testbed.toolchain.resolve import ensure
 
 LAYOUT = from_flags(["gpu-0=h100-80gb:1:whole"])

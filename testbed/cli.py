@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_toolchain_list)
 
     from fake_gpus.nvml.cli import register as register_fake_nvml
-    from testbed.images.cli import register as register_images
+    from testbed.clusters.kind.image_cli import register as register_images
 
     register_fake_nvml(sub)
     register_images(sub)
@@ -215,10 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.clusters.layout import LayoutError
     from testbed.toolchain.resolve import ToolchainError
     from testbed.toolchain.versions import UnknownVersionError
-    from testbed.docker.engine import DockerError
+    from testbed.clusters.kind.dockerd import DockerError
     from testbed.hostdeps import HostDepsMissing
-    from testbed.images.build import ImageBuildError
-    from testbed.images.rootfs import RootfsError
+    from testbed.clusters.kind.node_image import ImageBuildError
+    from testbed.clusters.kind.rootfs import RootfsError
 
     args = build_parser().parse_args(argv)
     try:

@@ -46,12 +46,12 @@ class KindBed(ApiViews):
 
 @pytest.fixture(scope="session")
 def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
-    from testbed.docker.engine import engine_running, stop_engine_if_idle
-    from testbed.docker.engine import DockerError
+    from testbed.clusters.kind.dockerd import engine_running, stop_engine_if_idle
+    from testbed.clusters.kind.dockerd import DockerError
     from testbed.hostdeps import HostDepsMissing
-    from testbed.images.build import ImageBuildError
-    from testbed.images.extra import ensure_workload_image
-    from testbed.images.rootfs import RootfsError
+    from testbed.clusters.kind.node_image import ImageBuildError
+    from testbed.clusters.kind.driver_image import ensure_workload_image
+    from testbed.clusters.kind.rootfs import RootfsError
 
     opts = request.config.option
     engine_was_running = engine_running()  # a dockerd this session starts is stopped again at its end

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.nvml.state import validate_state_dir
-from testbed.clusters.kind import DRIVER_NAMESPACE
+from testbed.clusters.kind.cluster import DRIVER_NAMESPACE
 from testbed.namespaces import create_namespace
 from testbed.waiting import wait_for
 

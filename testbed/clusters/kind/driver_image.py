@@ -18,13 +18,13 @@ from pathlib import Path
 
 from testbed import progress
 from testbed.cachedir import cache_root
-from testbed.docker.engine import ensure_engine, image_present
-from testbed.images.build import PATH_ENV, ImageBuildError, derive_image, drop_stale, ensure_base_image
+from testbed.clusters.kind.dockerd import ensure_engine, image_present
+from testbed.clusters.kind.node_image import PATH_ENV, ImageBuildError, derive_image, drop_stale, ensure_base_image
 
 SITE_IN_IMAGE = "/opt/dra-testbed/python"
 NVML_IN_IMAGE = "/opt/dra-testbed/nvml"
 CACHE_IN_IMAGE = "/opt/dra-testbed/cache"  # the plugin finds its generated stubs here
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 WORKLOAD_REPO = "dra-testbed/workload"
 DRIVER_REPO = "dra-testbed/driver"
 # the kubelet plugin's gRPC stack; pinned to the host's versions, which the suites were run with
@@ -61,7 +61,7 @@ def ensure_workload_image() -> str:
     """Debian base + nvidia-ml-py + nvml-report: prints what NVML shows as JSON (`--sleep` to stay up)."""
     ensure_engine()
     base = ensure_base_image()
-    report = Path(__file__).with_name("nvml_report.py")
+    report = PROJECT_ROOT / "testbed" / "images" / "nvml_report.py"
     reference = f"{WORKLOAD_REPO}:{_tree_hash(report, extra=base + _pinned('nvidia-ml-py'))}"
     if image_present(reference):
         return reference

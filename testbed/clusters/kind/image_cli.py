@@ -10,8 +10,8 @@ from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from testbed.images.build import ensure_node_image
-    from testbed.images.extra import ensure_driver_image, ensure_workload_image
+    from testbed.clusters.kind.node_image import ensure_node_image
+    from testbed.clusters.kind.driver_image import ensure_driver_image, ensure_workload_image
 
     built = {"node": ensure_node_image(args.k8s, prefer_kindest=not args.offline, rebuild=args.rebuild).reference}
     if not args.node_only:
@@ -22,7 +22,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_stop(args: argparse.Namespace) -> int:
-    from testbed.docker.engine import stop_engine
+    from testbed.clusters.kind.dockerd import stop_engine
 
     print("stopped the dockerd dra-testbed started" if stop_engine() else "no dockerd of ours is running", file=sys.stderr)
     return 0
@@ -40,11 +40,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_image_build)
     stop = isub.add_parser("stop-engine", help="stop the dockerd dra-testbed started (never someone else's)")
     stop.set_defaults(func=cmd_engine_stop)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m testbed.images build --k8s 1.34` until the main CLI registers this group."""
-    parser = argparse.ArgumentParser(prog="dra-testbed")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["image", *(argv if argv is not None else sys.argv[1:])])
-    return int(args.func(args) or 0)

@@ -7,7 +7,7 @@ caps: operation not permitted", which breaks kind. Before `create`, `run` and `e
 the OCI spec (config.json in the bundle, or the --process file of exec) so that it asks only for
 capabilities in our own bounding set. Everything else passes through to runc unchanged.
 
-Installed by testbed.docker.engine as a dockerd runtime; standard library only, as dockerd runs it.
+Installed by testbed.clusters.kind.dockerd as a dockerd runtime; standard library only, as dockerd runs it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """kind backend: real kubelets in Docker containers, one worker per layout node, each with its own
-fake-NVML state directory mounted from the host.
-
-Pod networking: kind's default CNI is off; every node gets a ptp + host-local config of its own (one
-/24 per node, masquerading off-subnet traffic) and, after boot, routes to the other nodes' /24s.
-"""
+fake-NVML state directory mounted from the host (nodes.py); pod networking in network.py."""
 
 from __future__ import annotations
 
@@ -12,99 +8,28 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from kubernetes import client
 
-from fake_gpus.catalog import get_board
-from fake_gpus.nvml.state import create_state_dir
 from testbed import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import feature_gates, runtime_config
-from testbed.clusters.layout import Layout, NodeSpec
-from testbed.docker.engine import DockerError, docker, ensure_engine, stop_engine_if_idle
+from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
+from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
+from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, node_labels, nvml_library, provision_state
+from testbed.clusters.layout import Layout
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 from testbed.toolchain.versions import release_for
 
-POD_SUBNET = "10.244.0.0/16"
-NVML_STATE_IN_NODE = "/var/lib/dra-testbed/nvml"
-NVML_LIB_IN_NODE = "/opt/dra-testbed/nvml"
 DRIVER_NAMESPACE = "dra-testbed-driver"
 DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
 NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
-CNI_CONF_IN_NODE = "/etc/cni/net.d/10-dra-testbed.conflist"
 READY_TIMEOUT = 300.0
 KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
 FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
-
-
-@dataclass(frozen=True)
-class Mount:
-    host: str
-    container: str
-    readonly: bool = False
-
-
-@dataclass
-class KindNode:
-    """One node of the kind config; `layout` names the layout node a worker stands for."""
-
-    role: str
-    index: int
-    layout: NodeSpec | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    mounts: list[Mount] = field(default_factory=list)
-
-
-def pod_cidr(index: int) -> str:
-    """The /24 of POD_SUBNET that node `index` (0 = control plane) hands out."""
-    return f"10.244.{index}.0/24"
-
-
-def cni_config(index: int) -> dict:
-    """ptp + host-local for node `index`; masquerading lets pods reach any node without more routes."""
-    return {
-        "cniVersion": "1.0.0",
-        "name": "dra-testbed",
-        "plugins": [
-            {"type": "ptp", "ipMasq": True, "mtu": 1500,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr(index)}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-        ],
-    }
-
-
-def node_labels(node: NodeSpec) -> dict[str, str]:
-    """Labels a GPU worker carries, the same keys the KWOK backend uses, plus the layout name."""
-    board = get_board(node.board)
-    labels = {
-        "dra-testbed.io/layout-node": node.name,
-        "dra-testbed.io/board": node.board,
-        "dra-testbed.io/gpu-count": str(node.count),
-        "dra-testbed.io/mode": node.mode.kind,
-        "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
-    }
-    if node.mode.mig_layout:
-        labels["dra-testbed.io/mig-layout"] = node.mode.mig_layout
-    return labels
-
-
-def provision_state(state: Path, node: NodeSpec) -> None:
-    """The node's simulated GPUs: a fresh state directory, with its static MIG layout made through NVML."""
-    shutil.rmtree(state, ignore_errors=True)
-    create_state_dir(state, [(node.board, node.count)])
-    if node.mode.kind == "static-mig":
-        from fake_gpus.driver import miglayout
-        from fake_gpus.driver.inventory import NvmlLibrary
-        from fake_gpus.nvml.build import SONAME, ensure_library
-
-        layouts = get_board(node.board).mig_layouts
-        if node.mode.mig_layout not in layouts:
-            raise ClusterError(f"node {node.name}: no MIG layout {node.mode.mig_layout!r} for {node.board}; valid: {', '.join(layouts)}")
-        with NvmlLibrary(ensure_library() / SONAME).session(state):
-            miglayout.apply_layout(dict(layouts[node.mode.mig_layout]))
 
 
 class KindCluster(Cluster):
@@ -189,7 +114,7 @@ class KindCluster(Cluster):
             raise ClusterError(f"port {spec.apiserver_port} is busy; choose a free --port or leave it out for a random one")
         kind = self._kind_binary(release.minor)
         if image is None:
-            from testbed.images.build import ImageBuildError, ensure_node_image
+            from testbed.clusters.kind.node_image import ImageBuildError, ensure_node_image
 
             try:
                 image = ensure_node_image(release.minor).reference
@@ -275,7 +200,7 @@ class KindCluster(Cluster):
         """Build and load the driver image, apply classes, RBAC, policy and DaemonSets; wait for every
         GPU node's plugin to run and its slices to appear."""
         from fake_gpus.driver.identity import current_identity
-        from testbed.images.extra import ensure_driver_image
+        from testbed.clusters.kind.driver_image import ensure_driver_image
 
         image = ensure_driver_image(minor)
         self.load_images(image, workers_only=True)  # the control plane runs no driver
@@ -411,20 +336,3 @@ class KindCluster(Cluster):
                                  detail=f"apiserver unreachable ({type(exc).__name__}); node containers: {', '.join(containers) or 'none'}")
         return ClusterStatus(self.name, self.backend, True, kubeconfig, version, nodes, slices,
                              detail=f"node containers: {', '.join(containers)}")
-
-
-def nvml_library() -> Path:
-    """Host directory of the fake libnvidia-ml.so.1, mounted into every GPU node (CDI hands it on)."""
-    from fake_gpus.nvml.build import ensure_library
-
-    return ensure_library()
-
-
-def remove_kind_network_if_unused() -> None:
-    """Remove kind's Docker network once no container is attached to it (kind leaves it behind)."""
-    try:
-        out = docker("network", "inspect", "kind", "--format", "{{len .Containers}}", check=False)
-        if out.returncode == 0 and out.stdout.strip() == "0":
-            docker("network", "rm", "kind", check=False)
-    except DockerError:
-        pass

@@ -17,14 +17,14 @@ from filelock import FileLock
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.catalog import get_board
 from fake_gpus.driver import launch
-from fake_gpus.driver.publisher import LAYOUT_LABEL, preload_api_modules
+from fake_gpus.driver.publisher import preload_api_modules
 from testbed import progress
 from testbed.cachedir import state_root
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
-from testbed.clusters.layout import Layout, NodeSpec
+from testbed.clusters.kwok.nodes import node_object
+from testbed.clusters.layout import Layout
 from testbed.processes import alive, terminate
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
@@ -38,37 +38,6 @@ FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 def kwok_workdir() -> Path:
     """KWOK_WORKDIR for every kwokctl call of ours, so we never touch ~/.kwok or ~/.kube/config."""
     return state_root() / "kwok"
-
-
-def node_object(node: NodeSpec) -> dict:
-    """The Node a KWOK controller will keep Ready: labelled with its board so tests can find it."""
-    board = get_board(node.board)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": node.name,
-            # kwokctl's controller manages nodes carrying this annotation
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "type": "kwok",
-                "kubernetes.io/hostname": node.name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "dra-testbed.io/board": node.board,
-                "dra-testbed.io/gpu-count": str(node.count),
-                "dra-testbed.io/mode": node.mode.kind,
-                "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
-                # the publisher reads the node's GPUs and mode from these labels
-                **({LAYOUT_LABEL: node.mode.mig_layout} if node.mode.mig_layout else {}),
-            },
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110"},
-            "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110"},
-        },
-    }
 
 
 class KwokCluster(Cluster):

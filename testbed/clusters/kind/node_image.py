@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import hostdeps, progress
-from testbed.docker.engine import DockerError, docker, ensure_engine, image_present
-from testbed.images import components, nodefiles, rootfs
+from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, image_present
+from testbed.clusters.kind import node_components, node_files, rootfs
 from testbed.toolchain.resolve import ensure
 from testbed.toolchain.versions import Release, release_for
 
@@ -53,8 +53,8 @@ def _stage_inputs_hash(release: Release) -> str:
     text = json.dumps({
         "format": IMAGE_FORMAT, "release": release.kubernetes, "etcd": release.etcd,
         "node": rootfs.rootfs_tarball("node").name, "base": rootfs.rootfs_tarball("base").name,
-        "components": components._stamp(release),
-        "files": hashlib.sha256(Path(nodefiles.__file__).read_bytes()).hexdigest(),
+        "components": node_components._stamp(release),
+        "files": hashlib.sha256(Path(node_files.__file__).read_bytes()).hexdigest(),
         "builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
     }, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -111,7 +111,7 @@ def _kubeadm_images(kubeadm: Path, release: Release) -> dict[str, str]:
 
 def _pause_binary(work: Path) -> Path:
     source = work / "pause.c"
-    source.write_text(nodefiles.PAUSE_C)
+    source.write_text(node_files.PAUSE_C)
     binary = work / "pause"
     out = subprocess.run(["gcc", "-Os", "-static", "-s", "-o", str(binary), str(source)], capture_output=True, text=True)
     if out.returncode != 0:
@@ -148,13 +148,13 @@ def _node_overlay(release: Release, bins: Path, toolchain: dict[str, Path], paus
         "usr/bin": [toolchain["kubelet"], toolchain["kubectl"], bins / "kubeadm"],
         "usr/local/bin": [bins / n for n in ("containerd", "containerd-shim-runc-v2", "ctr", "crictl")],
         "usr/local/sbin": [bins / "runc"],
-        "opt/cni/bin": [bins / n for n in components.CNI_PLUGINS.packages],
+        "opt/cni/bin": [bins / n for n in node_components.CNI_PLUGINS.packages],
     }
     for folder, files in placements.items():
         (overlay / folder).mkdir(parents=True, exist_ok=True)
         for file in files:
             shutil.copy2(file, overlay / folder / file.name)
-    for path, (content, mode) in nodefiles.static_files(pause_image, release.kubernetes).items():
+    for path, (content, mode) in node_files.static_files(pause_image, release.kubernetes).items():
         target = overlay / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
@@ -187,7 +187,7 @@ rm -f /kind/images.tar /var/log/containerd-build.log
 def build_node_image(release: Release, reference: str) -> None:
     """Assemble our node image for `release` and tag it `reference` (no registry contacted)."""
     toolchain = {name: b.path for name, b in ensure(release.minor, TOOLCHAIN_BINARIES).binaries.items()}
-    bins = components.ensure_components(release)
+    bins = node_components.ensure_components(release)
     node_root = rootfs.ensure_rootfs("node")
     with tempfile.TemporaryDirectory(prefix="dra-testbed-node-") as tmp:
         work = Path(tmp)
@@ -208,7 +208,7 @@ def build_node_image(release: Release, reference: str) -> None:
                 step.update("copying binaries and settings")
                 docker("cp", f"{overlay}/.", f"{name}:/")
                 step.update("configuring systemd and containerd")
-                docker("exec", name, "bash", "-c", NODE_SETUP.format(masked=" ".join(nodefiles.MASKED_UNITS)))
+                docker("exec", name, "bash", "-c", NODE_SETUP.format(masked=" ".join(node_files.MASKED_UNITS)))
                 step.update("importing images into containerd")
                 docker("exec", name, "bash", "-c", IMPORT_SCRIPT)
                 docker("commit",

@@ -180,7 +180,7 @@ net.ipv4.conf.all.route_localnet = 1
 
 CRICTL_CONFIG = "runtime-endpoint: unix:///run/containerd/containerd.sock\nimage-endpoint: unix:///run/containerd/containerd.sock\n"
 
-# kind applies this on `create` unless disableDefaultCNI is set; ours always sets it (see kind.py),
+# kind applies this on `create` unless disableDefaultCNI is set; ours always sets it (see cluster.py),
 # so the manifest only has to be valid: networking comes from per-node CNI configs we mount.
 DEFAULT_CNI = """\
 apiVersion: v1
