@@ -200,10 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_toolchain_list)
 
     from fake_gpus.nvml.cli import register as register_fake_nvml
+    from testbed.cli_try import register as register_try
     from testbed.clusters.kind.image_cli import register as register_images
 
     register_fake_nvml(sub)
     register_images(sub)
+    register_try(sub, _minor)
     return parser
 
 

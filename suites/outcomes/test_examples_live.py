@@ -1,0 +1,117 @@
+"""clusters/examples on a live Hopper-only bed: where each pod lands, and every reason against the scheduler's events."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from kubernetes import client
+
+from fake_gpus.catalog import get_board
+
+from testbed.outcomes.manifests import ManifestError, load
+from testbed.outcomes.run import RunResult, run_manifests
+
+from .conftest import EXAMPLES, HopperBed
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def examples(hopper_bed: HopperBed) -> RunResult:
+    # keep=True: the objects stay so the tests can read the scheduler's own view of them
+    return run_manifests(hopper_bed.api, load([EXAMPLES]), fleet="h100-only", minor=hopper_bed.minor, keep=True)
+
+
+def _pod(result: RunResult, name: str):
+    return next(p for p in result.pods if p.name == name)
+
+
+def test_scheduling_settles_with_a_verdict_for_every_pod(examples: RunResult) -> None:
+    assert examples.settled
+    assert len(examples.pods) == 12  # 8 bare pods and 4 replicas
+    assert {p.verdict for p in examples.pods} <= {"scheduled", "pending"}
+    assert not examples.ok  # train-100gi cannot run on H100s and is not allowed to pend
+
+
+def test_verdicts_nodes_and_devices_are_what_the_cluster_holds(examples: RunResult, hopper_bed: HopperBed) -> None:
+    core, resource = client.CoreV1Api(hopper_bed.api), client.ResourceV1Api(hopper_bed.api)
+    for outcome in examples.pods:
+        pod = core.read_namespaced_pod(outcome.name, outcome.namespace)
+        assert (outcome.verdict == "scheduled") == bool(pod.spec.node_name), outcome.name
+        assert outcome.node == pod.spec.node_name
+        allocated = set()
+        names = [s.resource_claim_name for s in pod.status.resource_claim_statuses or []]
+        names += [c.resource_claim_name for c in pod.spec.resource_claims or [] if c.resource_claim_name]
+        for name in names:
+            claim = resource.read_namespaced_resource_claim(name, outcome.namespace)
+            allocated |= {(r.request, r.device, r.pool) for r in (claim.status.allocation.devices.results if claim.status.allocation else [])}
+        assert {(a.request, a.device, a.node) for a in outcome.allocations} == allocated, outcome.name
+
+
+def test_every_scheduler_reason_is_the_newest_failed_scheduling_event(examples: RunResult, hopper_bed: HopperBed) -> None:
+    core = client.CoreV1Api(hopper_bed.api)
+    pending = [p for p in examples.pods if p.verdict == "pending"]
+    assert {p.name for p in pending} >= {"train-100gi", "too-big"}
+    for outcome in pending:
+        events = core.list_namespaced_event(outcome.namespace, field_selector=f"involvedObject.name={outcome.name},reason=FailedScheduling").items
+        assert events, f"{outcome.name}: pending without a FailedScheduling event"
+        newest = max(events, key=lambda e: (e.series.last_observed_time if e.series else None) or e.event_time or e.last_timestamp)
+        assert outcome.scheduler == " ".join(newest.message.split())
+        assert "cannot allocate all claims" in outcome.scheduler or "Insufficient" in outcome.scheduler
+
+
+def test_memory_requests_name_the_selector_and_the_largest_gpu(examples: RunResult) -> None:
+    for name, quantity in (("train-100gi", "100Gi"), ("too-big", "256Gi")):
+        (reason,) = _pod(examples, name).reasons
+        assert f"quantity('{quantity}')" in reason and "matches no gpu.nvidia.com device (16 on 2 nodes)" in reason
+        h100 = get_board("h100-80gb").memory_mib / 1024
+        assert reason.endswith(f"largest memory is {h100:.1f}Gi on h100-80gb"), reason
+    assert _pod(examples, "too-big").may_pend and _pod(examples, "too-big").ok
+    assert _pod(examples, "train-70gi").verdict == "scheduled"
+
+
+def test_mig_by_profile_and_first_available_take_1g_slices(examples: RunResult) -> None:
+    for name, request in (("notebook-1g", "mig"), ("inference-smallest", "mig/small")):
+        pod = _pod(examples, name)
+        assert pod.node == "h100-mig" and pod.board == "h100-80gb"
+        (allocation,) = pod.allocations
+        assert (allocation.request, allocation.profile) == (request, "1g.10gb")
+
+
+def test_shared_claim_gives_both_pods_one_gpu_and_replicas_one_each(examples: RunResult) -> None:
+    producer, consumer = _pod(examples, "producer"), _pod(examples, "consumer")
+    assert [a.device for a in producer.allocations] == [a.device for a in consumer.allocations]
+    assert producer.node == consumer.node and producer.allocations[0].claim == "shared-gpu"
+    replicas = [p for p in examples.pods if p.owner == "Deployment/serving"]
+    assert len(replicas) == 4 and all(p.verdict == "scheduled" for p in replicas)
+    held = [(p.node, a.device) for p in replicas for a in p.allocations]
+    assert len(set(held)) == 4 and all(a.product and "H100" in a.product for p in replicas for a in p.allocations)
+
+
+def test_a_cel_error_refuses_the_set_and_applies_nothing(hopper_bed: HopperBed) -> None:
+    with pytest.raises(ManifestError) as refused:
+        run_manifests(hopper_bed.api, load([EXAMPLES / "broken"]), fleet="h100-only", minor=hopper_bed.minor)
+    message = str(refused.value)
+    assert "line 1, column 49" in message and "productName = 'NVIDIA H100 80GB HBM3'" in message
+    templates = client.ResourceV1Api(hopper_bed.api).list_resource_claim_template_for_all_namespaces().items
+    assert "typo" not in {t.metadata.name for t in templates}
+    assert "typo" not in {p.metadata.name for p in client.CoreV1Api(hopper_bed.api).list_pod_for_all_namespaces().items}
+
+
+@pytest.mark.slow
+def test_compare_shows_the_100gi_pod_scheduled_once_b200s_are_added(request) -> None:
+    out = subprocess.run([sys.executable, "-m", "testbed.cli", "try", str(EXAMPLES), "--fleet", "h100-only",
+                          "--compare", "h100-b200-gb200", "--k8s", request.config.option.k8s, "-o", "json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr  # train-100gi stays pending on the Hopper fleet
+    report = json.loads(out.stdout)
+    rows = {r["pod"]: r for r in report["compare"]}
+    moved = rows["train-100gi"]
+    assert moved["change"] == "pending -> scheduled"
+    assert moved["b"]["board"] in ("b200-180gb", "gb200-186gb")
+    assert rows["too-big"]["change"] == ""  # 256Gi fits nowhere, before or after
+    gb200 = get_board("gb200-186gb").memory_mib / 1024
+    assert f"largest memory is {gb200:.1f}".removesuffix(".0") + "Gi on gb200-186gb (then " in " ".join(rows["too-big"]["b"]["reasons"])

@@ -1,0 +1,67 @@
+"""`dra-testbed try` input checks: one line, exit 2, nothing started."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.cli_try import cluster_spec, resolve_fleet
+from testbed.clusters.base import ClusterSpec
+from testbed.outcomes.manifests import ManifestError, load
+
+from .conftest import EXAMPLES, H100_ONLY
+
+
+def _try(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", "try", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.yaml", "--fleet", "h100-only"], "cannot read missing.yaml"),
+    ([str(EXAMPLES), "--fleet", "no-such-fleet"], "no fleet layout 'no-such-fleet'"),
+    ([str(EXAMPLES), "--fleet", "h100-only", "--output", "pdf"], "invalid choice: 'pdf'"),
+    ([str(EXAMPLES), "--fleet", "h100-only", "--k8s", "1.20"], "unknown Kubernetes minor"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    out = _try(*args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_documents_without_kind_or_name_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {generateName: x-}\n")
+    with pytest.raises(ManifestError, match=r"a.yaml:1: Pod without metadata.name"):
+        load([tmp_path])
+    (tmp_path / "a.yaml").write_text("just: text\n")
+    with pytest.raises(ManifestError, match="not a Kubernetes object"):
+        load([tmp_path / "a.yaml"])
+    (tmp_path / "a.yaml").write_text("kind: [\n")
+    with pytest.raises(ManifestError, match="not valid YAML"):
+        load([tmp_path / "a.yaml"])
+
+
+def test_examples_load_in_creation_order() -> None:
+    kinds = [m.kind for m in load([EXAMPLES])]
+    first_workload = min(i for i, k in enumerate(kinds) if k in ("Pod", "Deployment"))
+    assert all(k in ("ResourceClaimTemplate", "ResourceClaim") for k in kinds[:first_workload])
+    assert {"Pod", "Deployment", "ResourceClaim", "ResourceClaimTemplate"} <= set(kinds)
+
+
+def test_fleet_by_name_or_path() -> None:
+    assert resolve_fleet("h100-only") == resolve_fleet(str(H100_ONLY))
+
+
+def test_driver_flag_goes_through_the_seam_or_says_it_is_missing() -> None:
+    has_seam = "driver" in {f.name for f in dataclasses.fields(ClusterSpec)}
+    layout = resolve_fleet("h100-only")
+    if has_seam:
+        assert cluster_spec("x", "1.34", layout, "nvidia").driver == "nvidia"
+    else:
+        out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia")
+        assert out.returncode == 2 and "driver seam" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1

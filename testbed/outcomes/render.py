@@ -1,0 +1,141 @@
+"""Outcomes for people: a rich table, JSON, or an HTML report (the project's report style), one fleet or two."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed.outcomes.explain import Allocation, PodOutcome
+from testbed.outcomes.run import RunResult
+from testbed.templates import render_html
+
+VERDICT_STYLE = {"scheduled": "green", "pending": "red", "gated": "yellow", "unsettled": "yellow"}
+
+
+def labels(result: RunResult, run_namespaces: Sequence[str] = ()) -> dict[int, str]:
+    """A name for each pod that is the same on every fleet: workload and ordinal, not the random pod name."""
+    groups: dict[tuple[str, str], list[PodOutcome]] = defaultdict(list)
+    for pod in result.pods:
+        groups[(pod.namespace, pod.owner)].append(pod)
+    named: dict[int, str] = {}
+    for (namespace, owner), pods in groups.items():
+        shown = "" if namespace.startswith("try-") or namespace in run_namespaces else f"{namespace}/"
+        for index, pod in enumerate(sorted(pods, key=lambda p: p.name)):
+            named[id(pod)] = f"{shown}{pod.name}" if not owner else f"{shown}{owner} #{index + 1}"
+    return named
+
+
+def device_text(allocation: Allocation) -> str:
+    facts = ", ".join(x for x in (allocation.profile or allocation.product, allocation.memory) if x)
+    return f"{allocation.device} ({facts})" if facts else allocation.device
+
+
+def placement(pod: PodOutcome) -> str:
+    if pod.verdict != "scheduled":
+        return pod.verdict + (" (allowed)" if pod.may_pend else "")
+    return f"{pod.node} ({pod.board})"
+
+
+def why(pod: PodOutcome) -> list[str]:
+    lines = [f"scheduler: {pod.scheduler}"] if pod.scheduler else []
+    return lines + pod.reasons
+
+
+def legacy_text(pod: PodOutcome) -> str:
+    if not pod.legacy:
+        return ""
+    asked = ", ".join(f"{k}: {v}" for k, v in pod.legacy.items())
+    return f"legacy {asked}: " + ("served through DRA" if pod.verdict == "scheduled" else "not served")
+
+
+def table(result: RunResult, console: Console) -> None:
+    """One fleet: pod, verdict, node and board, devices, why."""
+    names = labels(result)
+    grid = Table(title=f"{result.fleet} (Kubernetes {result.server})", show_lines=True)
+    for column in ("pod", "verdict", "node (board)", "devices", "why pending"):
+        grid.add_column(column, overflow="fold")
+    for pod in result.pods:
+        devices = "\n".join(device_text(a) for a in pod.allocations)
+        if pod.legacy:
+            devices = "\n".join(x for x in (devices, legacy_text(pod)) if x)
+        style = VERDICT_STYLE.get(pod.verdict, "")
+        grid.add_row(names[id(pod)], f"[{style}]{pod.verdict}[/{style}]" + (" (allowed)" if pod.may_pend else ""),
+                     pod.node and f"{pod.node} ({pod.board})" or "", devices, "\n".join(why(pod)))
+    console.print(grid)
+    console.print(summary(result))
+
+
+def summary(result: RunResult) -> str:
+    placed = sum(p.verdict == "scheduled" for p in result.pods)
+    legacy = [p for p in result.pods if p.legacy]
+    parts = [f"{placed} of {len(result.pods)} pods scheduled on {result.fleet}"]
+    if legacy:
+        parts.append(f"{sum(p.verdict == 'scheduled' for p in legacy)} of {len(legacy)} legacy (nvidia.com/gpu-style) pods run unchanged")
+    if not result.settled:
+        parts.append(f"scheduling did not settle within {result.seconds:.0f}s")
+    return "; ".join(parts)
+
+
+def compare_rows(a: RunResult, b: RunResult) -> list[tuple[str, PodOutcome | None, PodOutcome | None]]:
+    """Pods matched across fleets by their stable label."""
+    left = {label: pod for pod in a.pods for label in [labels(a)[id(pod)]]}
+    right = {label: pod for pod in b.pods for label in [labels(b)[id(pod)]]}
+    return [(label, left.get(label), right.get(label)) for label in sorted({*left, *right})]
+
+
+def compare_table(a: RunResult, b: RunResult, console: Console) -> None:
+    """Two fleets side by side; rows where the verdict differs are marked."""
+    grid = Table(title=f"{a.fleet} vs {b.fleet}", show_lines=True)
+    for column in ("pod", a.fleet, b.fleet, "change"):
+        grid.add_column(column, overflow="fold")
+    for label, left, right in compare_rows(a, b):
+        grid.add_row(label, _cell(left), _cell(right), change(left, right))
+    console.print(grid)
+    console.print(summary(a))
+    console.print(summary(b))
+
+
+def change(left: PodOutcome | None, right: PodOutcome | None) -> str:
+    before = left.verdict if left else "absent"
+    after = right.verdict if right else "absent"
+    if before != after:
+        return f"{before} -> {after}"
+    if left and right and left.board != right.board:
+        return f"moves {left.board} -> {right.board}"
+    return ""
+
+
+def _cell(pod: PodOutcome | None) -> str:
+    if pod is None:
+        return ""
+    if pod.verdict == "scheduled":
+        return f"[green]{pod.node}[/green] ({pod.board})\n" + "\n".join(device_text(a) for a in pod.allocations)
+    return f"[red]{pod.verdict}[/red]" + ("".join(f"\n{line}" for line in pod.reasons[:2]))
+
+
+def as_json(results: Sequence[RunResult]) -> str:
+    if len(results) == 1:
+        return json.dumps(results[0].as_dict(), indent=2)
+    a, b = results
+    rows = [{"pod": label, "a": left.as_dict() if left else None, "b": right.as_dict() if right else None,
+             "change": change(left, right)} for label, left, right in compare_rows(a, b)]
+    return json.dumps({"fleets": [r.as_dict() for r in results], "compare": rows}, indent=2)
+
+
+def as_html(results: Sequence[RunResult], title: str) -> str:
+    """The report page: one section per fleet, and the comparison when there are two."""
+    fleets = []
+    for result in results:
+        names = labels(result)
+        fleets.append({"result": result, "summary": summary(result), "rows": [
+            {"label": names[id(p)], "pod": p, "placement": placement(p), "devices": [device_text(a) for a in p.allocations],
+             "legacy": legacy_text(p), "why": why(p)} for p in result.pods]})
+    comparison = None
+    if len(results) == 2:
+        comparison = [{"label": label, "left": left and placement(left), "right": right and placement(right),
+                       "change": change(left, right)} for label, left, right in compare_rows(*results)]
+    return render_html("outcomes.html.j2", title=title, fleets=fleets, comparison=comparison)

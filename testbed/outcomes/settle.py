@@ -1,0 +1,180 @@
+"""Waiting until scheduling has settled: every pod bound, or refused by the scheduler after its last change.
+
+A pod's last change is the latest creation of the pod and of its ResourceClaims; a FailedScheduling
+event newer than that is the scheduler's verdict on the pod as it stands. Pods, events and claims are
+followed with watches (one thread each, list then watch from its resourceVersion), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Iterable
+
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+WATCH_SLICE = 5  # seconds per watch request, so that the threads notice the end promptly
+
+
+def timestamp(text: str | None) -> datetime | None:
+    """An RFC 3339 (micro)time as the API writes it."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def event_time(event: dict) -> datetime | None:
+    """When an event last happened: its series' last observation, its eventTime, or lastTimestamp."""
+    series = event.get("series") or {}
+    return (timestamp(series.get("lastObservedTime")) or timestamp(event.get("eventTime"))
+            or timestamp(event.get("lastTimestamp")) or timestamp(event.get("firstTimestamp")))
+
+
+def claim_names(pod: dict) -> list[str]:
+    """Names of the ResourceClaims a pod uses, as far as they are known yet."""
+    names = [c["resourceClaimName"] for c in (pod.get("spec") or {}).get("resourceClaims") or [] if c.get("resourceClaimName")]
+    status = pod.get("status") or {}
+    names += [s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or [] if s.get("resourceClaimName")]
+    extended = status.get("extendedResourceClaimStatus") or {}
+    if extended.get("resourceClaimName"):
+        names.append(extended["resourceClaimName"])
+    return names
+
+
+@dataclass
+class Snapshot:
+    """What the watches saw last: pods by uid, FailedScheduling events by pod uid, claims by (namespace, name)."""
+
+    namespaces: tuple[str, ...]
+    pods: dict[str, dict] = field(default_factory=dict)
+    events: dict[str, list[dict]] = field(default_factory=dict)
+    claims: dict[tuple[str, str], dict] = field(default_factory=dict)
+    settled: bool = False
+    seconds: float = 0.0
+
+    def latest_failure(self, pod: dict) -> dict | None:
+        """The pod's newest FailedScheduling event."""
+        events = self.events.get(pod["metadata"]["uid"], [])
+        return max(events, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=timezone.utc), default=None)
+
+    def last_change(self, pod: dict) -> datetime:
+        namespace = pod["metadata"]["namespace"]
+        times = [timestamp(pod["metadata"]["creationTimestamp"])]
+        times += [timestamp(self.claims[(namespace, n)]["metadata"]["creationTimestamp"])
+                  for n in claim_names(pod) if (namespace, n) in self.claims]
+        return max(t for t in times if t is not None)
+
+    def verdict(self, pod: dict) -> str | None:
+        """`bound`, `unschedulable` (refused after its last change), `gated`, or None while undecided."""
+        if (pod.get("spec") or {}).get("nodeName"):
+            return "bound"
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            return "gated"
+        failure = self.latest_failure(pod)
+        if failure is not None and (event_time(failure) or self.last_change(pod)) >= self.last_change(pod):
+            return "unschedulable"
+        return None
+
+    def undecided(self) -> list[dict]:
+        return [p for p in self.pods.values() if self.verdict(p) is None]
+
+
+class _Follower(threading.Thread):
+    """Lists then watches one resource cluster-wide, putting (kind, type, object) on a queue."""
+
+    def __init__(self, resource, kind: str, out: queue.Queue, stop: threading.Event, **selectors: str) -> None:
+        super().__init__(daemon=True, name=f"settle-{kind}")
+        self.resource, self.kind, self.out, self.stop, self.selectors = resource, kind, out, stop, selectors
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                listing = self.resource.get(**self.selectors).to_dict()
+                for item in listing.get("items") or []:
+                    self.out.put((self.kind, "ADDED", item))
+                self.out.put((self.kind, "LISTED", None))
+                version = listing["metadata"]["resourceVersion"]
+                try:
+                    while not self.stop.is_set():
+                        for event in self.resource.watch(resource_version=version, timeout=WATCH_SLICE, **self.selectors):
+                            raw = event["raw_object"]
+                            version = raw["metadata"].get("resourceVersion", version)
+                            self.out.put((self.kind, event["type"], raw))
+                            if self.stop.is_set():
+                                return
+                except ApiException as exc:
+                    if exc.status != 410:  # expired resourceVersion: list again
+                        raise
+        except Exception as exc:  # noqa: BLE001 - reported to the waiting thread, which raises it
+            self.out.put((self.kind, "ERROR", exc))
+
+
+def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int = 0, timeout: float = 120.0) -> Snapshot:
+    """Follow pods, FailedScheduling events and claims of `namespaces` until every pod has a verdict.
+
+    `expected_pods`: how many pods the workloads will create; fewer seen means not settled yet.
+    Returns the last snapshot; `settled` is False when `timeout` passed first.
+    """
+    wanted = tuple(namespaces)
+    snapshot = Snapshot(wanted)
+    started = time.monotonic()
+    dyn = dynamic.DynamicClient(api)
+    feed: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    followers = [
+        _Follower(dyn.resources.get(api_version="v1", kind="Pod"), "pod", feed, stop),
+        _Follower(dyn.resources.get(api_version="v1", kind="Event"), "event", feed, stop, field_selector="reason=FailedScheduling"),
+        _Follower(dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim"), "claim", feed, stop),
+    ]
+    listed: set[str] = set()
+    for follower in followers:
+        follower.start()
+    try:
+        while True:
+            if len(listed) == len(followers) and len(snapshot.pods) >= expected_pods and not snapshot.undecided():
+                snapshot.settled = True
+                break
+            remaining = timeout - (time.monotonic() - started)
+            if remaining <= 0:
+                break
+            try:
+                kind, change, obj = feed.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if change == "ERROR":
+                raise obj
+            if change == "LISTED":
+                listed.add(kind)
+                continue
+            _record(snapshot, kind, change, obj)
+    finally:
+        stop.set()
+    snapshot.seconds = time.monotonic() - started
+    return snapshot
+
+
+def _record(snapshot: Snapshot, kind: str, change: str, obj: dict) -> None:
+    meta = obj.get("metadata") or {}
+    if kind == "event":
+        involved = obj.get("involvedObject") or {}
+        if involved.get("kind") == "Pod" and involved.get("namespace") in snapshot.namespaces and change != "DELETED":
+            events = snapshot.events.setdefault(involved.get("uid", ""), [])
+            events[:] = [e for e in events if e["metadata"]["uid"] != meta.get("uid")] + [obj]
+        return
+    if meta.get("namespace") not in snapshot.namespaces:
+        return
+    if kind == "pod":
+        if change == "DELETED":
+            snapshot.pods.pop(meta["uid"], None)
+        else:
+            snapshot.pods[meta["uid"]] = obj
+    elif kind == "claim":
+        key = (meta["namespace"], meta["name"])
+        if change == "DELETED":
+            snapshot.claims.pop(key, None)
+        else:
+            snapshot.claims[key] = obj
