@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fake_gpus.catalog.model import DEFAULT_SOURCE, UNKNOWN, CatalogError
+from fake_gpus.catalog.model import DEFAULT_SOURCE, PROVENANCE_CLASSES, UNKNOWN, CatalogError, provenance_class
 
 __all__ = ["BOARD_FIELDS", "CI_FIELDS", "GI_FIELDS", "GI_OPTIONAL", "Ctx", "FieldSpec", "collect_facts", "sources_of", "unique"]
 
@@ -100,6 +100,9 @@ def sources_of(ctx: Ctx, key: str, raw: Mapping[str, Any]) -> dict[str, str]:
     for name, citation in sources.items():
         if not isinstance(citation, str) or not citation.strip():
             raise ctx.fail(f"{key}.sources.{name}", f"is {citation!r}", "a non-empty citation string")
+        if citation != UNKNOWN and (provenance_class(citation) == UNKNOWN or not citation.split(":", 1)[1].strip()):
+            classes = ", ".join(f"'{c}: ...'" for c in PROVENANCE_CLASSES)
+            raise ctx.fail(f"{key}.sources.{name}", f"{citation[:40]!r} does not start with its class", f"{classes} or '{UNKNOWN}'")
     return sources
 
 

@@ -8,8 +8,8 @@ from types import MappingProxyType
 
 from fake_gpus.mig_placement import MEMORY_SLICES
 
-__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "UNKNOWN",
-           "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile"]
+__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
+           "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "provenance_class"]
 
 # Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8; MEMORY_SLICES) and compute into 7.
 COMPUTE_SLICES = 7
@@ -17,6 +17,16 @@ NVIDIA_PCI_VENDOR = 0x10DE
 ARCHITECTURES = {"hopper": 9, "blackwell": 10}  # NVML_DEVICE_ARCH_* (nvml.h)
 UNKNOWN = "unknown"
 DEFAULT_SOURCE = "default"
+# Every citation starts with its fact's class: "measured: " (real nvidia-smi/lspci output),
+# "published: " (NVIDIA's tables, headers and configs) or "derived: " (a rule from other facts,
+# stated in the citation). A fact no source gave is null with the citation "unknown".
+PROVENANCE_CLASSES = ("measured", "published", "derived")
+
+
+def provenance_class(citation: str) -> str:
+    """The class a citation starts with ("measured", "published", "derived"), or "unknown"."""
+    head = citation.split(":", 1)[0]
+    return head if head in PROVENANCE_CLASSES else UNKNOWN
 
 
 class CatalogError(ValueError):
@@ -98,6 +108,22 @@ class Board:
     def unknown_facts(self) -> tuple[str, ...]:
         """Fact paths whose value no public source gave."""
         return tuple(path for path, src in self.sources.items() if src.startswith(UNKNOWN))
+
+    def provenance(self, path: str) -> tuple[str, str]:
+        """(class, citation without its class prefix) of the fact at ``path``, e.g. "gpu_instance_profiles.3g.90gb.memory_mib"."""
+        try:
+            citation = self.sources[path]
+        except KeyError:
+            raise CatalogError(f"board {self.key!r} has no fact {path!r}; valid: a key of Board.sources") from None
+        cls = provenance_class(citation)
+        return cls, citation[len(cls) + 1:].strip() if cls != UNKNOWN else citation
+
+    def facts_by_class(self) -> Mapping[str, tuple[str, ...]]:
+        """Fact paths per class: {"measured": (...), "published": (...), "derived": (...), "unknown": (...)}."""
+        out: dict[str, list[str]] = {c: [] for c in (*PROVENANCE_CLASSES, UNKNOWN)}
+        for path, citation in self.sources.items():
+            out[provenance_class(citation)].append(path)
+        return MappingProxyType({c: tuple(paths) for c, paths in out.items()})
 
     def profile(self, name: str) -> GpuInstanceProfile:
         """The GPU-instance profile called ``name``; CatalogError if absent."""

@@ -16,7 +16,7 @@ from testbed.clusters.kwok import KwokCluster
     ("node", "expected"),
     [
         ("n=h100-80gb:1:static-mig:nope", "MIG layout 'nope' of h100-80gb is unknown; valid layouts: all-balanced, all-1g.10gb"),
-        ("n=b200-180gb:1:static-mig:all-balanced", "MIG layout 'all-balanced' of b200-180gb uses MIG profiles whose facts are unknown"),
+        ("n=b200-180gb:1:static-mig:all-3g.40gb", "MIG layout 'all-3g.40gb' of b200-180gb is unknown; valid layouts: all-balanced, all-1g.23gb"),
         ("n=h100-80gb:1:partitioned", "unknown mode 'partitioned'; valid modes: whole, static-mig:<layout>, dynamic-mig"),
     ],
 )

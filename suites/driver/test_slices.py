@@ -167,8 +167,8 @@ def test_static_layout_survives_a_restart_unchanged(node, nvml: NvmlLibrary) -> 
 
 def test_static_layout_with_a_profile_nvml_does_not_offer(node, nvml: NvmlLibrary) -> None:
     path = node("b200-180gb", 1)
-    with nvml.session(path), pytest.raises(miglayout.MigLayoutError, match="NVML offers no MIG profile '3g.90gb'"):
-        miglayout.apply_layout({"3g.90gb": 2})
+    with nvml.session(path), pytest.raises(miglayout.MigLayoutError, match="NVML offers no MIG profile '3g.40gb'"):
+        miglayout.apply_layout({"3g.40gb": 2})  # an H100 profile
 
 
 def test_faults_change_the_slices(node, nvml: NvmlLibrary) -> None:

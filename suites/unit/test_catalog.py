@@ -280,21 +280,12 @@ def test_unknown_facts_are_null(key: str) -> None:
     assert set(b.unknown_facts()) == {k for k, v in b.sources.items() if v == "unknown"}
 
 
-@pytest.mark.parametrize("key", ["h100-80gb", "h100-nvl-94gb", "h200-141gb"])
-def test_hopper_profiles_are_complete(key: str) -> None:
-    """Real -lgip tables were found for every Hopper row: nothing may be unknown."""
+@pytest.mark.parametrize("key", PRESENT)
+def test_every_board_is_complete(key: str) -> None:
+    """Every fact of every board has a value: measured, published or derived by a stated rule."""
     b = get_board(key)
     assert all(p.complete for p in b.gpu_instance_profiles)
-    assert b.unknown_facts() == ("pci_subsystem_id",)
-
-
-@pytest.mark.parametrize("key", ["b200-180gb", "gb200-186gb"])
-def test_blackwell_unknowns_are_limited_to_the_big_rows(key: str) -> None:
-    b = get_board(key)
-    rows = {p.name.split(".")[0] for p in b.gpu_instance_profiles if not p.complete}
-    assert rows == {"3g", "4g", "7g"}
-    # The rows real output did show stay fully populated.
-    assert all(p.complete for p in b.gpu_instance_profiles if p.slice_count <= 2)
+    assert b.unknown_facts() == ()
 
 
 # --------------------------------------------------------------------------- #
@@ -376,6 +367,7 @@ CORRUPTIONS = {
     "wrong key": (lambda r: r.__setitem__("key", "h200-141gb"), "key", "h100-80gb"),
     "memory over share": (lambda r: _gi(r, "1g.10gb").__setitem__("memory_mib", 20096), "1g.10gb", "memory_mib"),
     "full CI SMs differ": (lambda r: _gi(r, "3g.40gb")["compute_instance_profiles"][-1].__setitem__("multiprocessors", 48), "3g.40gb", "multiprocessors"),
+    "citation without class": (lambda r: r["sources"].__setitem__("memory_mib", "real nvidia-smi somewhere"), "sources.memory_mib", "class"),
     "layout overlaps": (lambda r: r["mig_layouts"]["layouts"].__setitem__("x", {"3g.40gb": 2, "4g.40gb": 1}), "mig_layouts.x", "cannot be placed"),
     "layout unknown profile": (lambda r: r["mig_layouts"]["layouts"].__setitem__("y", {"3g.20gb": 1}), "mig_layouts.y", "3g.40gb"),
 }

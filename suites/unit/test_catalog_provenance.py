@@ -1,0 +1,237 @@
+"""Every catalog fact against its provenance: published facts against rows transcribed here from
+NVIDIA's tables (never read back from the catalog), derived facts recomputed from their stated rule,
+measured ids against the public captures they cite."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_gpus.catalog import BOARD_KEYS, Board, CatalogError, get_board, layout_fits
+from fake_gpus.catalog.model import PROVENANCE_CLASSES, provenance_class
+
+B200, GB200 = "b200-180gb", "gb200-186gb"
+
+# NVIDIA MIG User Guide, "Supported MIG Profiles", table "GPU Instance Profiles on B200":
+# name: (memory eighths, compute sevenths, copy engines, instances, OFA)
+B200_GUIDE = {
+    "1g.23gb": (1, 1, 2, 7, 0),
+    "1g.23gb+me": (1, 1, 2, 1, 1),
+    "1g.45gb": (2, 1, 2, 4, 0),
+    "2g.45gb": (2, 2, 3, 3, 0),
+    "3g.90gb": (4, 3, 6, 2, 0),
+    "4g.90gb": (4, 4, 8, 1, 0),
+    "7g.180gb": (8, 7, 16, 1, 1),
+}
+GUIDE_FIELDS = ("memory_slices", "slice_count", "copy_engines", "max_instances", "ofa_engines")
+# Where a measured row disagrees with the guide, the measured value stands (SOURCES.md).
+MEASURED_OVER_GUIDE = {("2g.45gb", "copy_engines"): (4, 3)}
+
+# GKE's GPU partitioner (partition sizes per board) and NVIDIA's default mig-parted config
+# (gpu-operator assets/state-mig-manager/0400_configmap.yaml): profile name -> instances.
+GKE_PARTITIONS = {
+    B200: {"1g.23gb": 7, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "7g.180gb": 1},
+    GB200: {"1g.23gb": 7, "1g.47gb": 4, "2g.47gb": 3, "3g.93gb": 2, "7g.186gb": 1},
+}
+MIG_PARTED_BALANCED = {
+    B200: {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1},
+    GB200: {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1},
+}
+MIG_PARTED_DEVICE_FILTER = {
+    "h100-80gb": 0x233010DE, "h100-nvl-94gb": 0x232110DE, "h200-141gb": 0x233510DE, B200: 0x290110DE, GB200: 0x294110DE,
+}
+
+# PCI subsystem ids in the public `nvidia-smi -q` / `lspci -nn` captures the board files cite.
+PCI_SUBSYSTEM = {
+    "h100-80gb": 0x16C110DE, "h100-nvl-94gb": 0x183910DE, "h200-141gb": 0x18BE10DE, B200: 0x199910DE, GB200: 0x204610DE,
+}
+
+# Real `nvidia-smi mig -lgip` of the Hopper boards, GiB as printed, for the 4- and 8-memory-slice rows.
+HOPPER_BIG_ROWS_GIB = {
+    "h100-80gb": {4: "39.50", 8: "79.25"},
+    "h100-nvl-94gb": {4: "46.38", 8: "93.12"},
+    "h200-141gb": {4: "69.50", 8: "139.75"},
+}
+HOPPER = tuple(HOPPER_BIG_ROWS_GIB)
+BLACKWELL = (B200, GB200)
+
+# The derivation rules the Blackwell 3g/4g/7g rows state (board memory share by memory slices).
+MEMORY_SHARE = {4: 0.4953, 8: 0.995}
+
+
+def _gib_to_mib(printed: str) -> int:
+    """-lgip prints MiB/1024 to two decimals; the real value sits on a 1/8 GiB step."""
+    return round(float(printed) * 8) * 128
+
+
+def _memory_rule(board_mib: int, memory_slices: int) -> int:
+    return round(board_mib * MEMORY_SHARE[memory_slices] / 128) * 128
+
+
+def _nearest_even(x: float) -> int:
+    low = 2 * int(x // 2)
+    return low if x - low <= low + 2 - x else low + 2
+
+
+def _cls(b: Board, path: str) -> str:
+    return b.provenance(path)[0]
+
+
+def _gi_path(name: str, fact: str) -> str:
+    return f"gpu_instance_profiles.{name}.{fact}"
+
+
+def _plain(b: Board) -> dict[int, object]:
+    """The board's profiles without memory or media variants, by compute slices (1g, 2g, 3g, 4g, 7g)."""
+    return {p.slice_count: p for p in b.gpu_instance_profiles if p.nvml_profile in (0, 1, 2, 3, 4)}
+
+
+# --------------------------------------------------------------------------- #
+# Classes
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("key", BOARD_KEYS)
+def test_every_fact_has_a_class_and_a_source(key: str) -> None:
+    b = get_board(key)
+    by_class = b.facts_by_class()
+    assert set(by_class) == {*PROVENANCE_CLASSES, "unknown"}
+    assert sum(len(v) for v in by_class.values()) == len(b.sources)
+    assert by_class["unknown"] == ()
+    for path in b.sources:
+        cls, text = b.provenance(path)
+        assert cls in PROVENANCE_CLASSES and len(text) > 10, (path, text)
+
+
+def test_provenance_of_a_missing_fact_names_it() -> None:
+    with pytest.raises(CatalogError, match="no fact 'gpu_instance_profiles.9g.1gb.memory_mib'"):
+        get_board(B200).provenance("gpu_instance_profiles.9g.1gb.memory_mib")
+
+
+def test_provenance_class_parses_the_prefix() -> None:
+    assert provenance_class("measured: real nvidia-smi") == "measured"
+    assert provenance_class("derived: 2 x the 2g row") == "derived"
+    assert provenance_class("unknown") == "unknown"
+    assert provenance_class("real nvidia-smi: no class") == "unknown"
+
+
+# --------------------------------------------------------------------------- #
+# Published facts against the transcriptions above
+# --------------------------------------------------------------------------- #
+
+
+def test_b200_published_facts_match_the_mig_user_guide() -> None:
+    b = get_board(B200)
+    assert {p.name for p in b.gpu_instance_profiles} == set(B200_GUIDE)
+    checked = 0
+    for name, row in B200_GUIDE.items():
+        p = b.profile(name)
+        for fact, guide in zip(GUIDE_FIELDS, row):
+            value, cls = getattr(p, fact), _cls(b, _gi_path(name, fact))
+            if cls == "published":
+                assert value == guide, (name, fact)
+                checked += 1
+            elif value != guide:
+                assert cls == "measured" and MEASURED_OVER_GUIDE[(name, fact)] == (value, guide), (name, fact, cls)
+    # the rows no real output showed stand on the guide alone
+    for name in ("3g.90gb", "4g.90gb", "7g.180gb"):
+        assert {_cls(b, _gi_path(name, f)) for f in GUIDE_FIELDS} == {"published"}, name
+    assert checked >= 15
+
+
+def test_gb200_big_rows_follow_the_b200_table() -> None:
+    """GB200 has no table of its own: its 3g/4g/7g rows take the B200 row of the same shape (same GB100 chip)."""
+    g, b = _plain(get_board(GB200)), get_board(B200)
+    for slices, b200_name in ((3, "3g.90gb"), (4, "4g.90gb"), (7, "7g.180gb")):
+        p = g[slices]
+        assert tuple(getattr(p, f) for f in GUIDE_FIELDS) == B200_GUIDE[b200_name]
+        assert {_cls(get_board(GB200), _gi_path(p.name, f)) for f in GUIDE_FIELDS} == {"derived"}
+        assert b.profile(b200_name).copy_engines == p.copy_engines
+
+
+@pytest.mark.parametrize("key", BLACKWELL)
+def test_blackwell_names_and_instances_match_gke_and_mig_parted(key: str) -> None:
+    b = get_board(key)
+    for name, count in GKE_PARTITIONS[key].items():
+        assert b.profile(name).max_instances == count, name
+    assert dict(b.mig_layouts["all-balanced"]) == MIG_PARTED_BALANCED[key]
+    for name in GKE_PARTITIONS[key]:
+        assert dict(b.mig_layouts[f"all-{name}"]) == {name: GKE_PARTITIONS[key][name]}
+
+
+@pytest.mark.parametrize("key", BOARD_KEYS)
+def test_pci_ids_match_the_captures(key: str) -> None:
+    b = get_board(key)
+    assert b.pci_device_id == MIG_PARTED_DEVICE_FILTER[key]
+    assert b.pci_subsystem_id == PCI_SUBSYSTEM[key]
+    assert _cls(b, "pci_subsystem_id") == "measured"
+
+
+# --------------------------------------------------------------------------- #
+# Derived facts recomputed from their rule
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("key", HOPPER)
+def test_memory_share_rule_reproduces_the_real_hopper_rows(key: str) -> None:
+    b = get_board(key)
+    for slices, printed in HOPPER_BIG_ROWS_GIB[key].items():
+        assert _memory_rule(b.memory_mib, slices) == _gib_to_mib(printed), (key, slices)
+
+
+@pytest.mark.parametrize("key", BLACKWELL)
+def test_blackwell_big_rows_are_derived_by_their_rules(key: str) -> None:
+    b = get_board(key)
+    plain = _plain(b)
+    four = 2 * plain[2].multiprocessors
+    expected_sms = {7: b.multiprocessors, 4: four, 3: _nearest_even(four * 60 / 64)}
+    for slices, sms in expected_sms.items():
+        p = plain[slices]
+        assert p.memory_mib == _memory_rule(b.memory_mib, p.memory_slices), p.name
+        assert p.multiprocessors == sms, p.name
+        assert p.decoders == p.jpeg_engines == slices, p.name
+        for fact in ("memory_mib", "multiprocessors", "decoders", "jpeg_engines"):
+            assert _cls(b, _gi_path(p.name, fact)) == "derived", (p.name, fact)
+    assert expected_sms[3] + expected_sms[4] <= b.multiprocessors
+
+
+@pytest.mark.parametrize("key", BOARD_KEYS)
+def test_media_engines_are_one_per_compute_slice_on_every_row(key: str) -> None:
+    """The rule the derived DEC/JPEG counts use holds on every measured row of every board."""
+    for p in get_board(key).gpu_instance_profiles:
+        assert p.decoders == p.jpeg_engines == p.slice_count, p.name
+
+
+@pytest.mark.parametrize("key", BOARD_KEYS)
+def test_whole_gpu_engines_are_the_7g_row(key: str) -> None:
+    b = get_board(key)
+    full = _plain(b)[7]
+    for fact in ("copy_engines", "decoders", "encoders", "jpeg_engines", "ofa_engines"):
+        assert getattr(b, fact) == getattr(full, fact), fact
+        assert _cls(b, fact) in ("derived", "published"), fact
+
+
+@pytest.mark.parametrize("key", BOARD_KEYS)
+def test_partial_compute_instances_have_the_sms_of_the_same_size_gpu_instance(key: str) -> None:
+    b = get_board(key)
+    plain = _plain(b)
+    for gi in b.gpu_instance_profiles:
+        for ci in gi.compute_instance_profiles:
+            if ci.slice_count < gi.slice_count:
+                assert ci.multiprocessors == plain[ci.slice_count].multiprocessors, ci.name
+
+
+@pytest.mark.parametrize("key", BLACKWELL)
+def test_placements_are_those_of_h100(key: str) -> None:
+    h100 = {p.nvml_profile: (p.memory_slices, p.placements) for p in get_board("h100-80gb").gpu_instance_profiles}
+    b = get_board(key)
+    for p in b.gpu_instance_profiles:
+        assert (p.memory_slices, p.placements) == h100[p.nvml_profile], p.name
+        assert _cls(b, _gi_path(p.name, "placements")) == "derived", p.name
+
+
+@pytest.mark.parametrize("key", BLACKWELL)
+def test_static_layouts_with_the_big_profiles_fit(key: str) -> None:
+    b = get_board(key)
+    big = [name for name, layout in b.mig_layouts.items() if any(n.startswith(("3g", "4g", "7g")) for n in layout)]
+    assert len(big) == 4  # all-balanced, all-3g, all-4g, all-7g
+    assert all(layout_fits(b.gpu_instance_profiles, b.mig_layouts[name]) for name in big)
