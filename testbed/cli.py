@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
+from testbed import interrupts
 from testbed.clusters.base import DEFAULT_NAME, ClusterSpec
 from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
 
@@ -223,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.clusters.kind.rootfs import RootfsError
 
     args = build_parser().parse_args(argv)
+    interrupts.install()  # SIGTERM and SIGHUP unwind through every cleanup, as Ctrl-C does
     try:
         return int(args.func(args) or 0)
     except (UsageError, LayoutError, CatalogError, UnknownVersionError, UnknownNameError) as exc:
@@ -230,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, ToolchainError, HostDepsMissing, DockerError, ImageBuildError, RootfsError) as exc:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        signum = interrupts.received()
+        return _fail(f"interrupted{f' ({signal.Signals(signum).name})' if signum else ''}; cleaned up", interrupts.exit_code())
 
 
 if __name__ == "__main__":

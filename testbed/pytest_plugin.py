@@ -60,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--reuse-cluster", action="store_true", help="use a running cluster of that name if there is one")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from testbed import interrupts
+
+    # SIGTERM/SIGHUP (CI runners, `timeout`) end the session like Ctrl-C: session fixtures tear down
+    interrupts.install()
+
+
 @pytest.fixture(scope="session")
 def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
     """The session's cluster: brought up once (setup), shared by tests, torn down at the end."""

@@ -1,0 +1,147 @@
+"""SIGINT, SIGTERM and SIGHUP at several phases of `dra-testbed up` and of a pytest session leave nothing.
+
+Each run gets a state directory of its own ($DRA_TESTBED_STATE), which every component's command line
+names; afterwards no process may name it, no port it listened on may still listen, nothing may be
+mounted under it and only kwokctl's creation lock may remain in it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import leftovers
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+NAME = "intr"
+KEEP = (".create.lock",)
+# a few nodes, so the phase after the control plane (nodes, slices, publisher) lasts long enough to hit
+NODES = [f"--node=n{i}=h100-80gb:8:dynamic-mig" for i in range(6)]
+
+
+class Phase:
+    """A point of a run, reached when `reached(state, stderr)` says so."""
+
+    def __init__(self, name: str, reached) -> None:
+        self.name, self.reached = name, reached
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _home(state: Path) -> Path:
+    return state / "clusters" / "kwok" / NAME
+
+
+def _kwok(state: Path) -> Path:
+    return state / "kwok" / "clusters" / NAME
+
+
+UP_PHASES = (
+    Phase("starting", lambda state, err: True),  # imports, layout check, toolchain look-up
+    Phase("publisher-spawned", lambda state, err: (_home(state) / "publisher.pid").exists()),
+    Phase("control-plane", lambda state, err: len(list((_kwok(state) / "pids").glob("*.pid"))) >= 2),
+    Phase("adding-nodes", lambda state, err: "starting kwok cluster" in err and "✓" in err),
+)
+
+
+def _ports(state: Path) -> tuple[int, ...]:
+    try:
+        for doc in yaml.safe_load_all((_kwok(state) / "kwok.yaml").read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration":
+                return tuple(v for k, v in (doc.get("options") or {}).items() if k.endswith("Port") and type(v) is int and v > 0)
+    except (OSError, yaml.YAMLError):
+        pass
+    return ()
+
+
+def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeout: float = 240) -> tuple[int, str, tuple[int, ...]]:
+    """Run `args` with its own state dir; send `signum` once `phase` is reached; return (exit code,
+    stderr, ports the run had listened on)."""
+    env = dict(os.environ, DRA_TESTBED_STATE=str(state), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    ports: tuple[int, ...] = ()
+    deadline = time.monotonic() + timeout
+    while not phase.reached(state, "".join(err)):
+        ports = ports or _ports(state)
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended ({proc.returncode}) before phase {phase}: {''.join(err)[-400:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"phase {phase} not reached in {timeout:.0f}s")
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the run did not end within {timeout:.0f}s of {signal.Signals(signum).name}")
+    reader.join(10)
+    return code, "".join(err), ports or _ports(state)
+
+
+def assert_nothing_left(state: Path, ports: tuple[int, ...]) -> None:
+    deadline = time.monotonic() + 5  # a component killed just now may take a moment to release its port
+    while (found := leftovers.scan(state, ports, keep=KEEP)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not found, f"left behind: {found.summary()}"
+
+
+@pytest.mark.parametrize("phase", UP_PHASES, ids=str)
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_signal_during_up_cleans_up_everything(tmp_path: Path, phase: Phase, signum: int) -> None:
+    state = tmp_path / "state"
+    code, err, ports = interrupt_at([sys.executable, "-m", "testbed.cli", "up", "--name", NAME, *NODES], state, phase, signum)
+    assert "Traceback" not in err
+    if code == -signum:  # died of it before the CLI installed its handlers: nothing had started yet
+        assert phase.name == "starting", err[-600:]
+    else:
+        assert code == 128 + signum, err[-600:]
+        assert err.strip().splitlines()[-1].startswith("dra-testbed: error: interrupted"), err[-600:]
+    assert_nothing_left(state, ports)
+
+
+SESSION_TEST = textwrap.dedent("""
+    import time
+    from pathlib import Path
+
+    def test_holds_the_bed(testbed):
+        (Path(__file__).parent / "in-test").touch()
+        time.sleep(300)
+""")
+
+SESSION_PHASES = (
+    Phase("fixture-setup", lambda state, err: (_home(state) / "publisher.pid").exists()),
+    Phase("test-body", lambda state, err: (state.parent / "session" / "in-test").exists()),
+)
+
+
+@pytest.mark.parametrize("phase", SESSION_PHASES, ids=str)
+@pytest.mark.parametrize("signum", (signal.SIGTERM, signal.SIGHUP), ids=lambda s: signal.Signals(s).name)
+def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, phase: Phase, signum: int) -> None:
+    """The session fixture's cluster goes away when pytest is stopped by SIGTERM or SIGHUP."""
+    folder = tmp_path / "session"
+    folder.mkdir()
+    (folder / "test_hold.py").write_text(SESSION_TEST)
+    layout = folder / "layout.yaml"
+    layout.write_text(yaml.safe_dump({"nodes": [{"name": "g0", "board": "h100-80gb", "count": 2}]}))
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
+            "--rootdir", str(folder), "--cluster-name", NAME, "--layout", str(layout), str(folder / "test_hold.py")]
+    code, err, ports = interrupt_at(args, tmp_path / "state", phase, signum)
+    assert code != 0
+    assert_nothing_left(tmp_path / "state", ports)

@@ -1,0 +1,154 @@
+"""What a run may leave behind on this machine: processes, listening ports, mounts, network namespaces,
+containers and files. `scan(marker)` finds what refers to one run's directory; `snapshot()` and `diff()`
+compare the whole machine before and after.
+
+Read from /proc (and `docker ps` when an engine answers), so it sees what was really left, not what a
+pid file claims.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# processes a test bed starts; a snapshot names those left running
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller", "kwokctl",
+              "kubelet", "dockerd", "containerd", "containerd-shim", "kind", "fake_gpus.driver", "debootstrap")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def processes() -> dict[int, str]:
+    """pid -> command line of every process (kernel threads, which have none, left out)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            line = _cmdline(int(entry.name))
+            if line:
+                found[int(entry.name)] = line
+    return found
+
+
+def listening_ports() -> set[int]:
+    """TCP ports in LISTEN state (IPv4 and IPv6), from /proc/net/tcp{,6}."""
+    return {port for port, _ in listeners()}
+
+
+def listeners() -> set[tuple[int, str]]:
+    """(port, local address) of every TCP socket in LISTEN state; addresses as dotted IPv4 or IPv6 hex."""
+    found = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                address, port = fields[1].rsplit(":", 1)
+                found.add((int(port, 16), _address(address)))
+    return found
+
+
+def _address(hex_address: str) -> str:
+    if len(hex_address) == 8:  # IPv4, little-endian
+        return ".".join(str(int(hex_address[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return hex_address
+
+
+def mounts() -> list[str]:
+    """Mount points of this mount namespace."""
+    try:
+        return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    except OSError:
+        return []
+
+
+def network_namespaces() -> list[str]:
+    """Named network namespaces (`ip netns`), as files under /run/netns."""
+    folder = Path("/run/netns")
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def containers() -> list[str]:
+    """Names of every container of a Docker engine that answers (none when no engine runs)."""
+    if not shutil.which("docker"):
+        return []
+    out = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, timeout=60)
+    return sorted(out.stdout.split()) if out.returncode == 0 else []
+
+
+def temp_entries() -> list[str]:
+    """Names in the temporary directory that look like ours (dra-testbed*, tmp* made by tempfile)."""
+    root = Path(tempfile.gettempdir())
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(("dra-testbed", "tmp")))
+
+
+@dataclass
+class Found:
+    """What refers to one run's directory (`scan`) or differs between two snapshots (`diff`)."""
+
+    processes: dict[int, str] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+    temp: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(asdict(self).values())
+
+    def summary(self) -> str:
+        """One line per kind of leftover, for an assertion message or a report."""
+        return "; ".join(f"{k}: {v}" for k, v in asdict(self).items() if v) or "nothing"
+
+
+def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = ()) -> Found:
+    """Processes whose command line names `marker`, listening `ports`, mounts under it, and files under it
+    other than the names in `keep` (lock files and the like, which a later run reuses)."""
+    text = str(marker)
+    files = []
+    if marker.exists():
+        files = sorted(str(p.relative_to(marker)) for p in marker.rglob("*")
+                       if not p.is_dir() and p.name not in keep)
+    return Found(
+        processes={pid: line for pid, line in processes().items() if text in line and pid != os.getpid()},
+        ports=sorted(set(ports) & listening_ports()),
+        mounts=[m for m in mounts() if m == text or m.startswith(text + "/")],
+        files=files,
+    )
+
+
+def snapshot() -> dict:
+    """The machine's test-bed-relevant state: component processes, listening ports, mounts, netns, containers, temp."""
+    return {
+        "processes": {str(pid): line for pid, line in processes().items()
+                      if any(c in line.split(" ", 1)[0] or f"-m {c}" in line for c in COMPONENTS)},
+        "ports": sorted(listening_ports()),
+        "mounts": mounts(),
+        "netns": network_namespaces(),
+        "containers": containers(),
+        "temp": temp_entries(),
+    }
+
+
+def diff(before: dict, after: dict) -> Found:
+    """What `after` holds that `before` did not."""
+    return Found(
+        processes={int(pid): line for pid, line in after["processes"].items() if pid not in before["processes"]},
+        ports=sorted(set(after["ports"]) - set(before["ports"])),
+        mounts=sorted(set(after["mounts"]) - set(before["mounts"])),
+        containers=sorted(set(after["containers"]) - set(before["containers"])),
+        netns=sorted(set(after["netns"]) - set(before["netns"])),
+        temp=sorted(set(after["temp"]) - set(before["temp"])),
+    )
