@@ -1,5 +1,6 @@
 """`fake-nvidia-smi`: the nvidia-smi views people know (-L, the device table, mig -lgip/-lgipp/-lgi/-lci),
-read through nvidia-ml-py, so it shows what any NVML client sees."""
+read through nvidia-ml-py, so it shows what any NVML client sees. `--provenance` adds what no real
+nvidia-smi shows: where each fact of the boards on this node comes from (measured, published, derived)."""
 
 from __future__ import annotations
 
@@ -164,10 +165,47 @@ def lci() -> None:
     print("+" + "-" * 70 + "+")
 
 
+def _short(value) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0xFFFF:
+        return f"{value:#x}" if value & 0xFFFF == 0x10DE else str(value)
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
+    return str(value)
+
+
+def provenance(only: str | None) -> int:
+    """Each board on this node once (found by its PCI device id): its facts grouped by entry and source,
+    with their class ("measured", "published", "derived"); `only` keeps one class."""
+    from fake_gpus.catalog import all_boards
+    from fake_gpus.catalog.provenance import grouped
+
+    by_pci = {b.pci_device_id: b for b in all_boards()}
+    indices: dict[int, list[int]] = {}
+    for i, h in enumerate(_devices()):
+        pci = pynvml.nvmlDeviceGetPciInfo_v3(h).pciDeviceId
+        if pci not in by_pci:
+            print(f"fake-nvidia-smi: GPU {i} has PCI device id {pci:#010x}, which no catalog board has; "
+                  f"valid: {', '.join(f'{k:#010x}' for k in by_pci)}", file=sys.stderr)
+            return 2
+        indices.setdefault(pci, []).append(i)
+    for pci, gpus in indices.items():
+        board = by_pci[pci]
+        print(f"GPU {','.join(map(str, gpus))}: {board.product_name} ({board.key}): where each fact comes from")
+        for entry, cls, text, items in grouped(board):
+            if only in (None, cls):
+                print(f"  {entry:<24} {cls:<9}  " + "  ".join(f"{fact}={_short(value)}" for fact, value in items))
+                print(f"  {'':<24} {'':<9}  {text}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fake-nvidia-smi", description="nvidia-smi views of the fake GPUs, through NVML")
     parser.add_argument("-L", "--list-gpus", action="store_true", help="list GPUs and MIG devices")
     parser.add_argument("--version", action="store_true", help="print the driver version")
+    parser.add_argument("--provenance", nargs="?", const="all", choices=("all", "measured", "published", "derived"),
+                        help="every catalog fact of the boards on this node with its class and source (or one class)")
     sub = parser.add_subparsers(dest="command")
     mig = sub.add_parser("mig", help="MIG views")
     group = mig.add_mutually_exclusive_group(required=True)
@@ -185,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAKE-NVIDIA-SMI version  : {pynvml.nvmlSystemGetDriverVersion()}")
             print(f"NVML version             : {pynvml.nvmlSystemGetNVMLVersion()}")
             print(f"DRIVER version           : {pynvml.nvmlSystemGetDriverVersion()}")
+        elif args.provenance:
+            return provenance(None if args.provenance == "all" else args.provenance)
         elif args.command == "mig":
             {"lgip": lgip, "lgipp": lgipp, "lgi": lgi, "lci": lci}[next(k for k in ("lgipp", "lgip", "lgi", "lci") if getattr(args, k))]()
         elif args.list_gpus:

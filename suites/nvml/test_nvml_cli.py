@@ -85,3 +85,22 @@ pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0)
     assert "0:1" in out
     out = run_client("import sys; sys.argv[1:] = ['mig', '-lgip']\n" + smi, d).stdout
     assert "0/1" in out  # the whole-GPU instance is taken
+
+
+def test_fake_nvidia_smi_provenance(run_client, tmp_path):
+    """--provenance names each board of the node once, with every fact's class and source, through NVML's PCI id."""
+    d = tmp_path / "node"
+    state.create_state_dir(d, [("b200-180gb", 2), ("h100-80gb", 1)])
+    smi = "import sys; from fake_gpus.nvml.smi import main; sys.exit(main(sys.argv[1:]))"
+    out = run_client("import sys; sys.argv[1:] = ['--provenance']\n" + smi, d).stdout.splitlines()
+    heads = [line for line in out if line.startswith("GPU ")]
+    assert heads == ["GPU 0,1: NVIDIA B200 (b200-180gb): where each fact comes from",
+                     "GPU 2: NVIDIA H100 80GB HBM3 (h100-80gb): where each fact comes from"]
+    rows = [line.split() for line in out if line.startswith("  ") and line.split()[0] == "3g.90gb"]
+    assert ["3g.90gb", "derived", "memory_mib=90880"] in rows
+    assert any(r[:2] == ["3g.90gb", "published"] and "copy_engines=6" in r and "max_instances=2" in r for r in rows)
+    derived = run_client("import sys; sys.argv[1:] = ['--provenance', 'derived']\n" + smi, d).stdout.splitlines()
+    classes = {line.split()[1] for line in derived if line.startswith("  ") and not line.startswith("   ")}
+    assert classes == {"derived"}
+    bad = run_client("import sys; sys.argv[1:] = ['--provenance', 'guessed']\n" + smi, d, check=False)
+    assert bad.returncode == 2 and "invalid choice: 'guessed'" in bad.stderr

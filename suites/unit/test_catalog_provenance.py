@@ -235,3 +235,25 @@ def test_static_layouts_with_the_big_profiles_fit(key: str) -> None:
     big = [name for name, layout in b.mig_layouts.items() if any(n.startswith(("3g", "4g", "7g")) for n in layout)]
     assert len(big) == 4  # all-balanced, all-3g, all-4g, all-7g
     assert all(layout_fits(b.gpu_instance_profiles, b.mig_layouts[name]) for name in big)
+
+
+def test_readme_tables_are_the_catalog_s() -> None:
+    from pathlib import Path
+
+    from fake_gpus.catalog import all_boards
+    from fake_gpus.catalog.provenance import markdown_section
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    begin = readme.index("-->\n", readme.index("<!-- provenance tables")) + 4
+    end = readme.index("\n<!-- end of provenance tables -->")
+    assert readme[begin:end] == markdown_section(all_boards()), "README provenance tables are stale; paste markdown_section(all_boards())"
+
+
+@pytest.mark.parametrize("key", BLACKWELL)
+def test_readme_table_marks_the_big_rows(key: str) -> None:
+    from fake_gpus.catalog.provenance import markdown_table
+
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in markdown_table(get_board(key)).splitlines()[2:]}
+    big = _plain(get_board(key))[3].name
+    memory, sms, ce = rows[big][0], rows[big][1], rows[big][2]
+    assert (memory, sms, ce) == ("D", "D", "P" if key == B200 else "D")
