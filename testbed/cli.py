@@ -59,7 +59,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.layout and args.node:
         raise UsageError("give either --layout FILE or --node flags, not both")
     layout = load_layout(args.layout) if args.layout else from_flags(args.node or [])
-    spec = ClusterSpec(name=args.name, k8s=args.k8s, layout=layout, apiserver_port=args.port, binaries=dict(args.binary or []))
+    spec = ClusterSpec(name=args.name, k8s=args.k8s, layout=layout, apiserver_port=args.port, binaries=dict(args.binary or []),
+                       allow_large=args.allow_large)
     kubeconfig = _cluster(args.backend, args.name).create(spec, force=args.force)
     print(kubeconfig)
     return 0
@@ -162,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--node", action="append", metavar="NAME=BOARD:COUNT:MODE", help="a GPU node; repeatable")
     up.add_argument("--port", type=int, help="kube-apiserver port (default: a free one)")
     up.add_argument("--force", action="store_true", help="replace an existing cluster of that name")
+    up.add_argument("--allow-large", action="store_true",
+                    help="allow more nodes or GPUs than the backend's sane bound (kwok 256 nodes/1024 GPUs, kind 8/32)")
     up.add_argument("--binary", action="append", type=_binary_override, metavar="NAME=PATH", help="use this binary")
     up.set_defaults(func=cmd_up)
 

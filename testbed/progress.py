@@ -9,6 +9,7 @@ from typing import Iterator
 from rich.console import Console
 
 console = Console(stderr=True, highlight=False)
+LOG_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
 
 
 class Step:
@@ -19,9 +20,15 @@ class Step:
         self._status = status
         self.count = 0
         self.started = time.monotonic()
+        self._printed = self.started
 
     def update(self, detail: str) -> None:
-        self._status.update(f"{self.title}: {detail} [dim]({time.monotonic() - self.started:.0f}s)[/dim]")
+        elapsed = time.monotonic() - self.started
+        self._status.update(f"{self.title}: {detail} [dim]({elapsed:.0f}s)[/dim]")
+        # no spinner in a log (CI, pytest, a pipe): a plain line now and then shows the step is moving
+        if not console.is_terminal and time.monotonic() - self._printed >= LOG_EVERY:
+            self._printed = time.monotonic()
+            console.print(f"  … {self.title}: {detail} ({elapsed:.0f}s)")
 
     def tick(self, line: str) -> None:
         """One more unit done (a compiled package, a downloaded file); `line` names it."""

@@ -31,6 +31,7 @@ class ClusterSpec:
     apiserver_port: int | None = None
     binaries: dict[str, str] = field(default_factory=dict)
     driver_env: dict[str, str] = field(default_factory=dict)  # extra environment of driver processes (faults)
+    allow_large: bool = False  # above a backend's sane size (nodes, GPUs): only when asked for explicitly
 
 
 @dataclass(frozen=True)

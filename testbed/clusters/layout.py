@@ -18,6 +18,9 @@ MODES = ("whole", "static-mig:<layout>", "dynamic-mig")
 NODE_KEYS = ("name", "board", "count", "mode", "replicas")
 LAYOUT_KEYS = ("name", "description", "nodes")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# no layout grows past this, --allow-large or not: each node is an object in memory before anything starts
+HARD_MAX_NODES = 50_000
+ALLOW_LARGE_FLAG = "--allow-large"
 
 
 class LayoutError(ValueError):
@@ -134,6 +137,8 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
     replicas = entry.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise LayoutError(f"{where}: replicas {replicas!r} must be a whole number >= 1")
+    if replicas > HARD_MAX_NODES:
+        raise LayoutError(f"{where}: replicas {replicas} is over the limit of {HARD_MAX_NODES} nodes per layout; valid: 1 to {HARD_MAX_NODES}")
     base = str(entry["name"])
     if replicas == 1:
         return [NodeSpec(_name(base, where), board, count, mode)]
@@ -160,5 +165,17 @@ def load_layout(path: str | Path) -> Layout:
     nodes: list[NodeSpec] = []
     for index, entry in enumerate(entries):
         nodes += _nodes_of_entry(entry, f"layout {file} node {index + 1}")
+        if len(nodes) > HARD_MAX_NODES:
+            raise LayoutError(f"layout {file}: {len(nodes)}+ nodes is over the limit of {HARD_MAX_NODES} nodes per layout")
     _check_unique(nodes, f"layout {file}")
     return Layout(tuple(nodes), name=str(data.get("name", file.stem)))
+
+
+def check_size(layout: Layout, backend: str, max_nodes: int, max_gpus: int, allow_large: bool) -> None:
+    """Refuse a layout above a backend's sane size unless `allow_large` (one line naming both bounds)."""
+    nodes, gpus = len(layout.nodes), sum(n.count for n in layout.nodes)
+    if allow_large or (nodes <= max_nodes and gpus <= max_gpus):
+        return
+    what = f"{nodes} nodes" if nodes > max_nodes else f"{gpus} GPUs"
+    raise LayoutError(f"layout {layout.name} has {what}; valid for {backend}: up to {max_nodes} nodes and {max_gpus} GPUs, "
+                      f"or pass {ALLOW_LARGE_FLAG} to go beyond (up to {HARD_MAX_NODES} nodes)")

@@ -19,7 +19,7 @@ from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
 from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, node_labels, nvml_library, provision_state
-from testbed.clusters.layout import Layout
+from testbed.clusters.layout import Layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 from testbed.toolchain.versions import release_for
@@ -30,6 +30,7 @@ NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
 READY_TIMEOUT = 300.0
 KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
 FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
+MAX_WORKERS, MAX_GPUS = 8, 32  # a kubelet container each; beyond these only with --allow-large
 
 
 class KindCluster(Cluster):
@@ -98,6 +99,7 @@ class KindCluster(Cluster):
     def create(self, spec: ClusterSpec, force: bool = False, image: str | None = None) -> Path:
         if spec.layout is None:
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
+        check_size(spec.layout, "kind", MAX_WORKERS, MAX_GPUS, spec.allow_large)  # each worker is a container
         release = release_for(spec.k8s)
         try:
             hostdeps.prefetch("kind")  # everything a first kind run needs, in one apt-get run

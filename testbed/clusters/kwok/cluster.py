@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import yaml
 from filelock import FileLock
@@ -24,7 +25,7 @@ from testbed.cachedir import state_root
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.nodes import node_object
-from testbed.clusters.layout import Layout
+from testbed.clusters.layout import Layout, check_size
 from testbed.processes import alive, terminate
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
@@ -32,6 +33,7 @@ from testbed.toolchain.versions import release_for
 
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl")
 READY_TIMEOUT = 180.0
+MAX_NODES, MAX_GPUS = 256, 1024  # beyond these only with --allow-large (ClusterSpec.allow_large)
 FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 
 
@@ -91,6 +93,7 @@ class KwokCluster(Cluster):
         if spec.layout is None:
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
         launch.check_layout(spec.layout)
+        check_size(spec.layout, "kwok", MAX_NODES, MAX_GPUS, spec.allow_large)
         release = release_for(spec.k8s)
         if self.exists():
             if not force:
@@ -111,15 +114,15 @@ class KwokCluster(Cluster):
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
                 self._start_control_plane(toolchain, spec)
             kubeconfig = self._write_kubeconfig(toolchain.path("kwokctl"))
-            with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices"):
+            with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices") as step:
                 api = self.api_client()
                 try:
-                    self.add_nodes(api, spec.layout)
+                    self.add_nodes(api, spec.layout, step.update)
                     try:
                         launch.wait_publisher(self.home, publisher)
                     except RuntimeError as exc:
                         raise ClusterError(str(exc)) from exc
-                    self.wait_schedulable(api, spec.layout)
+                    self.wait_schedulable(api, spec.layout, report=step.update)
                 finally:
                     api.close()
             record = {"backend": self.backend, "name": self.name, "k8s": release.minor, "kubernetes": release.kubernetes,
@@ -173,17 +176,20 @@ class KwokCluster(Cluster):
         partial.replace(path)
         return path
 
-    def add_nodes(self, api: client.ApiClient, layout: Layout) -> None:
-        """Create the layout's Node objects (the KWOK controller then keeps them Ready)."""
+    def add_nodes(self, api: client.ApiClient, layout: Layout, report: Callable[[str], None] | None = None) -> None:
+        """Create the layout's Node objects (the KWOK controller then keeps them Ready); `report` hears how far."""
         core = client.CoreV1Api(api)
-        for node in layout.nodes:
+        for done, node in enumerate(layout.nodes):
+            if report and done % 10 == 0:
+                report(f"{done}/{len(layout.nodes)} nodes created")
             try:
                 core.create_node(body=node_object(node))
             except ApiException as exc:
                 if exc.status != 409:
                     raise
 
-    def wait_schedulable(self, api: client.ApiClient, layout: Layout, timeout: float = READY_TIMEOUT) -> None:
+    def wait_schedulable(self, api: client.ApiClient, layout: Layout, timeout: float = READY_TIMEOUT,
+                         report: Callable[[str], None] | None = None) -> None:
         """Wait until every layout node is Ready and has its slice, and the default service account exists."""
         core = client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
@@ -196,6 +202,8 @@ class KwokCluster(Cluster):
             accounts = core.list_namespaced_service_account("default").items
             if wanted <= ready and wanted <= sliced and accounts:
                 return
+            if report:
+                report(f"{len(wanted & ready)}/{len(wanted)} nodes Ready, {len(wanted & sliced)} with ResourceSlices")
             if time.monotonic() > deadline:
                 dead = sorted(name for name, pid in self.pids().items() if not alive(pid))
                 raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices "
