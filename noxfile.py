@@ -34,3 +34,20 @@ def e2e(session: nox.Session) -> None:
     """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it."""
     _prepare(session)
     session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, *session.posargs)
+
+
+TRACE_DIR = os.environ.get("DRA_TESTBED_TRACE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "alibaba-gpu-v2023"))
+TRACE_LISTS = ("openb_pod_list_default.csv", "openb_pod_list_gpushare100.csv", "openb_pod_list_multigpu50.csv")
+
+
+@nox.session
+def density(session: nox.Session) -> None:
+    """The density table of the three Alibaba 2023 pod lists ($DRA_TESTBED_TRACE_DIR): whole vs static vs dynamic MIG."""
+    missing = [name for name in TRACE_LISTS if not os.path.isfile(os.path.join(TRACE_DIR, name))]
+    if missing:
+        session.error(f"no {missing[0]} in {TRACE_DIR}; set DRA_TESTBED_TRACE_DIR to the folder of the Alibaba 2023 GPU trace")
+    _prepare(session)
+    for name in TRACE_LISTS:
+        session.run("dra-testbed", "density", "--trace", os.path.join(TRACE_DIR, name), "--fleet", "clusters/layouts/density-h100.yaml",
+                    "--modes", "whole,static-mig:all-balanced,dynamic-mig", "--k8s", K8S,
+                    "--report", os.path.join("density-report", name.removesuffix(".csv")), *session.posargs)

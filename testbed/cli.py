@@ -207,10 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     from fake_gpus.nvml.cli import register as register_fake_nvml
     from testbed.cli_try import register as register_try
     from testbed.clusters.kind.image_cli import register as register_images
+    from testbed.density.cli import register as register_density
 
     register_fake_nvml(sub)
     register_images(sub)
     register_try(sub, _minor)
+    register_density(sub)
     return parser
 
 

@@ -1,0 +1,68 @@
+"""`dra-testbed density`: replay a GPU trace per driver mode and report how many GPUs each needs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
+
+DEFAULT_MODES = "whole,static-mig:all-balanced,dynamic-mig"
+
+
+def parse_modes(text: str, fleet):
+    """The modes of `--modes`, each checked against every board of the fleet (LayoutError, one line)."""
+    from fake_gpus.driver import launch
+    from testbed.clusters.layout import LayoutError, parse_mode
+    from testbed.density.replay import fleet_in_mode
+
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise LayoutError("--modes: no mode given; valid modes: whole, static-mig:<layout>, dynamic-mig")
+    modes = [parse_mode(name, "--modes") for name in names]
+    if len(set(map(str, modes))) != len(modes):
+        raise LayoutError(f"--modes {text}: a mode is named twice")
+    for mode in modes:
+        launch.check_layout(fleet_in_mode(fleet, mode))
+    return modes
+
+
+def cmd_density(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from testbed.clusters.layout import load_layout
+    from testbed.density.replay import run_mode
+    from testbed.density.report import document, print_table, write_report
+    from testbed.density.trace import TraceError, load_trace
+
+    if args.window < 1:
+        print(f"dra-testbed: error: --window {args.window}: must be at least 1", file=sys.stderr)
+        return 2
+    fleet = load_layout(args.fleet)
+    modes = parse_modes(args.modes, fleet)
+    try:
+        trace = load_trace(args.trace, limit=args.limit)
+    except TraceError as exc:
+        print(f"dra-testbed: error: {exc}", file=sys.stderr)
+        return 2
+    runs = [run_mode(trace, fleet, mode, args.k8s, args.window, args.name) for mode in modes]
+    doc = document(trace, fleet.name, sum(n.count for n in fleet.nodes), args.k8s, args.window, runs)
+    print_table(doc, Console(width=200))
+    page = write_report(doc, Path(args.report))
+    print(page)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `density` to the dra-testbed parser."""
+    density = sub.add_parser("density", help="replay a GPU trace per mode on KWOK; table, density.json, plots, HTML")
+    density.add_argument("--trace", required=True, help="pod list CSV (columns of the Alibaba 2023 GPU trace)")
+    density.add_argument("--fleet", required=True, help="layout file of the GPU nodes (their modes are replaced by --modes)")
+    density.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated modes (default {DEFAULT_MODES})")
+    density.add_argument("--report", default="density-report", help="directory for density.json, PNGs and index.html")
+    density.add_argument("--name", default="density", help="name of the KWOK cluster each mode runs on (default density)")
+    density.add_argument("--k8s", choices=sorted(RELEASES), default=DEFAULT_MINOR)
+    density.add_argument("--limit", type=int, help="replay only the first N GPU pods")
+    density.add_argument("--window", type=int, default=32, help="pods alive at once for a trace without timestamps")
+    density.set_defaults(func=cmd_density)
