@@ -41,7 +41,7 @@ def test_every_mode_replays_every_pod_and_event(report) -> None:
     assert list(doc["modes"]) == MODES.split(",")
     assert doc["gpu_pods"] == 55 and doc["cpu_only_pods_left_out"] == 5 and doc["fleet_gpus"] == 16
     for mode, data in doc["modes"].items():
-        assert len(data["pods"]) == 55 and len(data["samples"]) == 110, mode
+        assert len(data["pods"]) == 55 and len(data["samples"]) == 110, mode  # 55 arrivals, 55 departures
         assert data["summary"]["placed"] + data["summary"]["never_placed"] == 55
         assert data["samples"][-1]["placed"] == data["samples"][-1]["pending"] == 0  # every pod departed
         assert max(s["gpus_in_use"] for s in data["samples"]) <= 16

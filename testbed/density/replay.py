@@ -1,8 +1,10 @@
 """Drive one mode's KWOK cluster through a trace's events and record what the scheduler did.
 
-Time is compressed to the cluster's own pace: each event is sent once the previous one has settled —
-an arrival once its pod is bound or refused by the scheduler, a departure once its claim is gone (so
-its devices are free). A refused pod stays, and the scheduler places it when a departure makes room;
+Time is compressed to the cluster's own pace: events go in runs of consecutive arrivals or consecutive
+departures (in trace order; nothing in a run can change another's outcome but its queue position, which
+creation order keeps), and each run is sent once the previous one has settled — arrivals once every pod
+has a verdict (`testbed.outcomes.settle`: bound, or refused by a FailedScheduling newer than the pod),
+departures once their pods and claims are gone (so their devices are free). A refused pod stays, and the scheduler places it when a departure makes room;
 its time to schedule runs from its creation to the watch seeing it bound.
 """
 
@@ -23,8 +25,8 @@ from testbed.clusters.layout import Layout, Mode
 from testbed.density.mapping import claim_body, fleet_profiles, pod_body
 from testbed.density.metrics import PodRecord, Sample, sample
 from testbed.density.trace import Event, Trace
-from testbed.density.tracker import Tracker
 from testbed.namespaces import create_namespace
+from testbed.outcomes.settle import Following
 
 NAMESPACE = "density"
 SETTLE_SECONDS = 30.0  # an arrival with no verdict by then is left to the scheduler; the replay moves on
@@ -39,6 +41,17 @@ class ModeRun:
     pods: list[PodRecord] = field(default_factory=list)
     wall_seconds: float = 0.0
     unsettled: int = 0  # arrivals without a verdict within SETTLE_SECONDS
+
+
+def runs(events: list[Event]) -> list[list[Event]]:
+    """Maximal runs of consecutive events of one kind."""
+    grouped: list[list[Event]] = []
+    for event in events:
+        if grouped and grouped[-1][0].kind == event.kind:
+            grouped[-1].append(event)
+        else:
+            grouped.append([event])
+    return grouped
 
 
 def fleet_in_mode(fleet: Layout, mode: Mode) -> Layout:
@@ -68,75 +81,91 @@ class Replay:
         self.profiles = fleet_profiles(n.board for n in fleet.nodes)
         self.memory_gib = {n.name: get_board(n.board).memory_mib / 1024 for n in fleet.nodes}
         self.result = ModeRun(mode)
-        self.tracker = Tracker(api, NAMESPACE)
+        self.following = Following(api, [NAMESPACE])
         self.created: dict[int, float] = {}
         self.records: dict[int, PodRecord] = {}
 
     def run(self, trace: Trace, window: int) -> ModeRun:
         create_namespace(self.core, NAMESPACE)
         self.device_profiles = _profiles_by_device(self.api)
-        self.tracker.start()
+        self.following.start()
         started = time.monotonic()
         try:
             events = trace.events(window)
-            for number, event in enumerate(events):
-                (self._arrive if event.kind == "arrive" else self._depart)(event)
-                self.result.samples.append(self._sample(number, event.time))
-                if number % 500 == 499:
-                    progress.note(f"  {self.result.mode}: {number + 1}/{len(events)} events")
+            done = 0
+            for run in runs(events):
+                (self._arrive if run[0].kind == "arrive" else self._depart)(run)
+                after = self._sample(done, run[-1].time)
+                # one sample per event (the run's state after it settled), so means weigh every event alike
+                self.result.samples += [replace(after, event=done + i, trace_time=e.time) for i, e in enumerate(run)]
+                done += len(run)
+                if done // 500 != (done - len(run)) // 500:
+                    progress.note(f"  {self.result.mode}: {done}/{len(events)} events")
             for index in list(self.created):  # pods the trace never ends
                 self._note_placement(index)
         finally:
-            self.tracker.stop()
+            self.following.stop()
         self.result.wall_seconds = round(time.monotonic() - started, 1)
         self.result.pods = [self.records[p.index] for p in trace.pods if p.index in self.records]
         return self.result
 
-    def _arrive(self, event: Event) -> None:
-        pod, name = event.pod, f"p-{event.pod.index}"
-        self.records[pod.index] = PodRecord(pod.index, pod.name, pod.gpu_milli, pod.num_gpu)
-        self.resource.create_namespaced_resource_claim(NAMESPACE, claim_body(pod, f"c-{pod.index}", self.profiles, self.identity))
-        self.core.create_namespaced_pod(NAMESPACE, pod_body(pod, name, f"c-{pod.index}"))
-        self.created[pod.index] = time.monotonic()
+    def _arrive(self, run: list[Event]) -> None:
+        names = []
+        for event in run:
+            pod, name = event.pod, f"p-{event.pod.index}"
+            self.records[pod.index] = PodRecord(pod.index, pod.name, pod.gpu_milli, pod.num_gpu)
+            self.resource.create_namespaced_resource_claim(NAMESPACE, claim_body(pod, f"c-{pod.index}", self.profiles, self.identity))
+            self.core.create_namespaced_pod(NAMESPACE, pod_body(pod, name, f"c-{pod.index}"))
+            self.created[pod.index] = time.monotonic()
+            names.append(name)
+        if not self.following.wait(lambda: all(self._verdict(n) is not None for n in names), SETTLE_SECONDS):
+            self.result.unsettled += sum(self._verdict(n) is None for n in names)
 
-        def decided() -> bool:
-            state = self.tracker.pods.get(name)
-            return state is not None and (state.bound_at is not None or state.unschedulable)
+    def _pod(self, name: str) -> dict | None:
+        return next((p for p in self.following.snapshot.pods.values() if p["metadata"]["name"] == name), None)
 
-        if not self.tracker.wait(decided, SETTLE_SECONDS):
-            self.result.unsettled += 1
+    def _verdict(self, name: str) -> str | None:
+        pod = self._pod(name)
+        return None if pod is None else self.following.snapshot.verdict(pod)
 
-    def _depart(self, event: Event) -> None:
-        index = event.pod.index
-        self._note_placement(index)
-        for delete, name in ((self.core.delete_namespaced_pod, f"p-{index}"),
-                             (self.resource.delete_namespaced_resource_claim, f"c-{index}")):
-            try:
-                delete(name, NAMESPACE, grace_period_seconds=0)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        self.created.pop(index, None)
-        self.tracker.wait(lambda: f"c-{index}" not in self.tracker.claims and f"p-{index}" not in self.tracker.pods, SETTLE_SECONDS)
+    def _claim_devices(self, index: int) -> list[tuple[str, str]]:
+        """(node, device) of the claim's allocation, once its pod is bound."""
+        pod = self._pod(f"p-{index}")
+        if pod is None or pod["metadata"]["uid"] not in self.following.bound_at:
+            return []
+        claim = self.following.snapshot.claims.get((NAMESPACE, f"c-{index}")) or {}
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        return [(r["pool"], r["device"]) for r in results]
+
+    def _depart(self, run: list[Event]) -> None:
+        indices = [event.pod.index for event in run]
+        for index in indices:
+            self._note_placement(index)
+            for delete, name in ((self.core.delete_namespaced_pod, f"p-{index}"),
+                                 (self.resource.delete_namespaced_resource_claim, f"c-{index}")):
+                try:
+                    delete(name, NAMESPACE, grace_period_seconds=0)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            self.created.pop(index, None)
+        claims = self.following.snapshot.claims
+        self.following.wait(lambda: not any((NAMESPACE, f"c-{i}") in claims or self._pod(f"p-{i}") for i in indices), SETTLE_SECONDS)
 
     def _note_placement(self, index: int) -> None:
         """Record a departing pod's wait and devices (a pod placed late is seen here, before it goes)."""
-        record, state = self.records[index], self.tracker.pods.get(f"p-{index}")
-        if state is None or state.bound_at is None:
-            return
-        record.seconds_to_schedule = round(state.bound_at - self.created[index], 3)
-        claim = self.tracker.claims.get(f"c-{index}")
-        record.devices = [self.device_profiles.get(d, "?") for d in (claim.devices if claim else ())]
+        with self.following.changed:
+            pod = self._pod(f"p-{index}")
+            bound = self.following.bound_at.get(pod["metadata"]["uid"]) if pod else None
+            if bound is None:
+                return
+            record = self.records[index]
+            record.seconds_to_schedule = round(bound - self.created[index], 3)
+            record.devices = [self.device_profiles.get(d, "?") for d in self._claim_devices(index)]
 
     def _sample(self, number: int, trace_time: int) -> Sample:
-        alive = {}
-        with self.tracker._changed:
-            for index in self.created:
-                pod = self.records[index]
-                claim = self.tracker.claims.get(f"c-{index}")
-                state = self.tracker.pods.get(f"p-{index}")
-                devices = list(claim.devices) if claim and state and state.bound_at is not None else []
-                alive[index] = (pod.gpu_milli / 1000, devices)
+        with self.following.changed:
+            alive = {index: (self.records[index].gpu_milli / 1000, self._claim_devices(index)) for index in self.created}
         return sample(number, trace_time, alive, self.memory_gib)
 
 

@@ -113,6 +113,16 @@ class _Follower(threading.Thread):
             self.out.put((self.kind, "ERROR", exc))
 
 
+def _followers(api: client.ApiClient, feed: queue.Queue, stop: threading.Event) -> list[_Follower]:
+    """One follower each for pods, FailedScheduling events and ResourceClaims."""
+    dyn = dynamic.DynamicClient(api)
+    return [
+        _Follower(dyn.resources.get(api_version="v1", kind="Pod"), "pod", feed, stop),
+        _Follower(dyn.resources.get(api_version="v1", kind="Event"), "event", feed, stop, field_selector="reason=FailedScheduling"),
+        _Follower(dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim"), "claim", feed, stop),
+    ]
+
+
 def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int = 0, timeout: float = 120.0) -> Snapshot:
     """Follow pods, FailedScheduling events and claims of `namespaces` until every pod has a verdict.
 
@@ -122,14 +132,9 @@ def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int 
     wanted = tuple(namespaces)
     snapshot = Snapshot(wanted)
     started = time.monotonic()
-    dyn = dynamic.DynamicClient(api)
     feed: queue.Queue = queue.Queue()
     stop = threading.Event()
-    followers = [
-        _Follower(dyn.resources.get(api_version="v1", kind="Pod"), "pod", feed, stop),
-        _Follower(dyn.resources.get(api_version="v1", kind="Event"), "event", feed, stop, field_selector="reason=FailedScheduling"),
-        _Follower(dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim"), "claim", feed, stop),
-    ]
+    followers = _followers(api, feed, stop)
     listed: set[str] = set()
     for follower in followers:
         follower.start()
@@ -155,6 +160,57 @@ def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int 
         stop.set()
     snapshot.seconds = time.monotonic() - started
     return snapshot
+
+
+class Following:
+    """A snapshot kept current by the same watches as `settle` until `stop()`, for callers that change the
+    cluster step by step and wait for each step's verdicts (density replays); `bound_at` holds, per pod
+    uid, the monotonic time the watch first saw it bound."""
+
+    def __init__(self, api: client.ApiClient, namespaces: Iterable[str]) -> None:
+        self.snapshot = Snapshot(tuple(namespaces))
+        self.bound_at: dict[str, float] = {}
+        self.changed = threading.Condition()  # held while reading the snapshot; notified on every change
+        self._feed: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._followers = _followers(api, self._feed, self._stop)
+
+    def start(self) -> None:
+        for follower in self._followers:
+            follower.start()
+        threading.Thread(target=self._consume, daemon=True, name="settle-following").start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, predicate, timeout: float) -> bool:
+        """Block until `predicate()` holds (True) or `timeout` passes (False); a watch failure is raised."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate():
+                if self._error is not None:
+                    raise self._error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.changed.wait(remaining)
+            return True
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            try:
+                kind, change, obj = self._feed.get(timeout=1)
+            except queue.Empty:
+                continue
+            with self.changed:
+                if change == "ERROR":
+                    self._error = obj
+                elif change != "LISTED":
+                    _record(self.snapshot, kind, change, obj)
+                    if kind == "pod" and change != "DELETED" and (obj.get("spec") or {}).get("nodeName"):
+                        self.bound_at.setdefault(obj["metadata"]["uid"], time.monotonic())
+                self.changed.notify_all()
 
 
 def _record(snapshot: Snapshot, kind: str, change: str, obj: dict) -> None:
