@@ -10,13 +10,14 @@ from __future__ import annotations
 import ctypes
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
 import pynvml
 
 from fake_gpus.driver.identity import ARCHITECTURE_NAMES, BRAND_NAMES
+from fake_gpus.driver.pci import DEFAULT_SYSFS, read_place
 
 MEMORY_SLICES = 8  # MIG placements are expressed over 8 memory slices on every MIG-capable board
 _SKIPPED = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -94,6 +95,8 @@ class Gpu:
     mig_enabled: bool
     profiles: tuple[MigProfile, ...]
     mig_devices: tuple[MigDevice, ...]
+    pcie_root: str | None = None  # from sysfs, not NVML (see pci.py); None where sysfs does not say
+    numa_node: int | None = None
 
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.profiles if p.name == name), None)
@@ -245,7 +248,23 @@ def read_node() -> NodeInventory:
         raise InventoryError(f"NVML: {exc}") from exc
 
 
-def inventory(nvml: NvmlLibrary, state_dir: Path | None = None) -> NodeInventory:
-    """Open a session (on `state_dir` with the fake) and read the node."""
+def node_sysfs(state_dir: Path | None) -> Path:
+    """The sysfs a node's driver reads: the node's own view in its fake state directory, else /sys."""
+    view = Path(state_dir) / "sys" if state_dir is not None else None
+    return view if view is not None and view.is_dir() else DEFAULT_SYSFS
+
+
+def with_pci_places(inv: NodeInventory, sysfs: Path) -> NodeInventory:
+    """The inventory with each GPU's PCIe root and NUMA node read from `sysfs`."""
+    gpus = []
+    for gpu in inv.gpus:
+        place = read_place(gpu.pci_bus_id, sysfs)
+        gpus.append(replace(gpu, pcie_root=place.pcie_root, numa_node=place.numa_node))
+    return replace(inv, gpus=tuple(gpus))
+
+
+def inventory(nvml: NvmlLibrary, state_dir: Path | None = None, sysfs: Path | None = None) -> NodeInventory:
+    """Open a session (on `state_dir` with the fake) and read the node, PCI places from its sysfs."""
     with nvml.session(state_dir):
-        return read_node()
+        inv = read_node()
+    return with_pci_places(inv, sysfs or node_sysfs(state_dir))

@@ -103,9 +103,11 @@ class Publisher:
 
     def provision(self, cfg: NodeConfig) -> None:
         """Create the node's fake GPUs (state directory) and, in static mode, its MIG layout through NVML."""
-        from fake_gpus.nvml import state  # the simulated hardware, not the driver's view of it
+        from fake_gpus.machine.views import ensure_machine  # the simulated hardware, not the driver's view of it
+        from fake_gpus.nvml import state
 
         state.create_state_dir(self.state_dir(cfg.name), [(cfg.board, cfg.count)])
+        ensure_machine(self.state_dir(cfg.name))  # driver root, /proc and /sys views of the node
         if cfg.mode.kind == "static-mig":
             layout = self.mig_layouts.get(cfg.board, {}).get(cfg.mode.mig_layout)
             if layout is None:

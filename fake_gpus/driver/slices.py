@@ -23,6 +23,7 @@ from fake_gpus.driver.identity import (
     mig_device_name,
     semver,
 )
+from fake_gpus.driver.pci import sysfs_address
 from fake_gpus.driver.inventory import MEMORY_SLICES, Gpu, MigProfile, NodeInventory, Placement
 
 MODE_KINDS = ("whole", "static-mig", "dynamic-mig")
@@ -106,18 +107,22 @@ def server_minor(version_info) -> str:
 
 def _attributes(gpu: Gpu, inv: NodeInventory, driver: str) -> dict:
     """Product attributes every device of this GPU carries (NVIDIA's names)."""
-    bus = gpu.pci_bus_id.lower()
     major, minor = gpu.cuda_compute_capability
-    return {
+    attributes = {
         "productName": {"string": gpu.product_name},
         "brand": {"string": gpu.brand},
         "architecture": {"string": gpu.architecture},
         "cudaComputeCapability": {"version": f"{major}.{minor}.0"},
         "driverVersion": {"version": semver(inv.driver_version)},
         "cudaDriverVersion": {"version": cuda_version(inv.cuda_driver_version)},
-        "resource.kubernetes.io/pciBusID": {"string": bus[4:]},
-        "resource.kubernetes.io/pcieRoot": {"string": f"pci{bus[4:8]}:{bus[9:11]}"},
+        "resource.kubernetes.io/pciBusID": {"string": sysfs_address(gpu.pci_bus_id)},
     }
+    # read from sysfs as NVIDIA's driver does; left out where the node's sysfs does not say
+    if gpu.pcie_root:
+        attributes["resource.kubernetes.io/pcieRoot"] = {"string": gpu.pcie_root}
+    if gpu.numa_node is not None:
+        attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.numa_node}
+    return attributes
 
 
 def whole_gpu_device(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> dict:

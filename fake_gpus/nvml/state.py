@@ -5,6 +5,7 @@ Layout (the C library parses the same format, see src/core.c):
   mig   "fake-nvml-mig 1", then "mode <gpu> <cur> <pending>", "gi <gpu> <id> <profile-id> <start> <size>",
         "ci <gpu> <gi-id> <ci-id> <profile-id> <start> <size> <MIG-uuid>"
   lock  flock()ed by every reader (shared) and writer (exclusive); files are replaced by rename.
+  proc/driver/...  the instances' nvidia-caps capability files, rewritten with mig (capabilities.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from fake_gpus.nvml import capabilities
 
 GPUS_MAGIC = "fake-nvml-gpus"
 MIG_MAGIC = "fake-nvml-mig"
@@ -257,6 +260,7 @@ def create_state_dir(path: str | os.PathLike[str], boards: Sequence[tuple[str, i
     with locked(p, exclusive=True):
         _write_atomic(p / "mig", format_mig(len(wanted), MigState()))
         _write_atomic(p / "gpus", _format_gpus(wanted))
+        capabilities.write_tree(p, wanted, MigState())
     return wanted
 
 
@@ -266,6 +270,7 @@ def reset_state_dir(path: str | os.PathLike[str]) -> None:
     gpus, _ = validate_state_dir(p)
     with locked(p, exclusive=True):
         _write_atomic(p / "mig", format_mig(len(gpus), MigState()))
+        capabilities.write_tree(p, gpus, MigState())
 
 
 def write_mig_state(path: str | os.PathLike[str], mig: MigState) -> None:
@@ -274,3 +279,13 @@ def write_mig_state(path: str | os.PathLike[str], mig: MigState) -> None:
     gpus, _ = validate_state_dir(p)
     with locked(p, exclusive=True):
         _write_atomic(p / "mig", format_mig(len(gpus), mig))
+        capabilities.write_tree(p, gpus, mig)
+
+
+def refresh_capabilities(path: str | os.PathLike[str]) -> None:
+    """Rewrite the capability files of a state directory from its MIG state."""
+    p = Path(path)
+    validate_state_dir(p)
+    with locked(p, exclusive=True):
+        gpus = _read_gpus(p)
+        capabilities.write_tree(p, gpus, _read_mig(p, gpus))

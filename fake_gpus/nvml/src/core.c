@@ -7,6 +7,7 @@
  *         "gi <gpu> <gi-id> <profile-id> <start> <size>",
  *         "ci <gpu> <gi-id> <ci-id> <profile-id> <start> <size> <MIG-uuid>"
  *   lock  flock()ed shared for reads, exclusive for read-modify-write; mig is replaced by rename.
+ *   proc/driver/nvidia/capabilities/...  the instances' nvidia-caps files, rewritten with mig (caps.c).
  *
  * nvmlInit errors (a choice of this fake, also printed as one line on stderr):
  *   no state directory configured or the directory is missing  -> NVML_ERROR_DRIVER_NOT_LOADED
@@ -339,6 +340,7 @@ nvmlReturn_t fk_state_store(void) {
         unlink(tmp);
         return NVML_ERROR_UNKNOWN;
     }
+    fk_caps_sync(fk_dir); /* every NVML user that changes instances leaves their capability files right */
     return NVML_SUCCESS;
 }
 

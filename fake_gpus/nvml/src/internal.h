@@ -72,6 +72,10 @@ nvmlReturn_t fk_state_store(void);
 void fk_state_unlock(void);
 void fk_new_mig_uuid(char out[FK_UUID_LEN]);
 
+/* nvidia-caps capability files of the MIG state under <state>/proc/driver (caps.c). */
+void fk_caps_sync(const char *state_dir);
+unsigned fk_caps_minor(unsigned gpu_minor, unsigned gi, int ci);
+
 /* Handle helpers. */
 nvmlDevice_t fk_gpu_handle(unsigned view);
 nvmlDevice_t fk_mig_handle(unsigned gpu, unsigned gi, unsigned ci);
