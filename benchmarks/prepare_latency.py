@@ -114,7 +114,7 @@ def main() -> int:
         api = cluster.api_client()
         client.CoreV1Api(api).create_namespace(body={"metadata": {"name": NAMESPACE}})
         whole = make_claims(api, "gpu-0", args.iterations)
-        mig = make_claims(api, "gpu-0-mig-1g10gb-0", args.iterations)
+        mig = make_claims(api, "gpu-0-mig-1g10gb-19-0", args.iterations)
         state_dir = root / "nvml"
         state.create_state_dir(state_dir, [("h100-80gb", 1)])
         plugin = start_plugin(root, state_dir, kubeconfig, args.k8s)

@@ -81,7 +81,7 @@ def pci_bus_id(index: int) -> str:
 
 # --- device and counter names (NVIDIA's dynamic-MIG naming, so claims and tooling see the same names) ---
 
-_MIG_NAME = re.compile(r"^gpu-(?P<minor>\d+)-mig-(?P<profile>[a-z0-9-]+?)-(?P<start>\d+)(?:-(?P<end>\d+))?$")
+_MIG_NAME = re.compile(r"^gpu-(?P<minor>\d+)-mig-(?P<profile>[a-z0-9-]+?)-(?P<id>\d+)-(?P<start>\d+)$")
 _GPU_NAME = re.compile(r"^gpu-(?P<minor>\d+)$")
 
 
@@ -96,20 +96,20 @@ def profile_token(profile: str) -> str:
     return token.strip("-")
 
 
-def mig_device_name(minor: int, profile: str, start: int, size: int) -> str:
-    """`gpu-<minor>-mig-<profile>-<start>[-<end>]`: one MIG profile at one placement of memory slices."""
-    end = f"-{start + size - 1}" if size > 1 else ""
-    return f"gpu-{minor}-mig-{profile_token(profile)}-{start}{end}"
+def mig_device_name(minor: int, profile: str, profile_id: int, start: int) -> str:
+    """`gpu-<minor>-mig-<profile>-<profile id>-<start>`: one MIG profile at the placement starting at memory
+    slice `start`, as NVIDIA's driver names it (e.g. gpu-0-mig-3g40gb-9-4)."""
+    return f"gpu-{minor}-mig-{profile_token(profile)}-{profile_id}-{start}"
 
 
 @dataclass(frozen=True)
 class DeviceRef:
-    """What a device name says: the parent GPU's minor and, for MIG, profile token and placement."""
+    """What a device name says: the parent GPU's minor and, for MIG, profile token, profile id and start."""
 
     minor: int
     profile_token: str | None = None
+    profile_id: int | None = None
     start: int | None = None
-    size: int | None = None
 
     @property
     def is_mig(self) -> bool:
@@ -121,10 +121,8 @@ def parse_device_name(name: str) -> DeviceRef:
     if match := _GPU_NAME.match(name):
         return DeviceRef(int(match["minor"]))
     if match := _MIG_NAME.match(name):
-        start = int(match["start"])
-        end = int(match["end"]) if match["end"] else start
-        return DeviceRef(int(match["minor"]), match["profile"], start, end - start + 1)
-    raise ValueError(f"not a device name of this driver: {name!r}; expected gpu-<minor> or gpu-<minor>-mig-<profile>-<start>[-<end>]")
+        return DeviceRef(int(match["minor"]), match["profile"], int(match["id"]), int(match["start"]))
+    raise ValueError(f"not a device name of this driver: {name!r}; expected gpu-<minor> or gpu-<minor>-mig-<profile>-<profile id>-<start>")
 
 
 def counter_set_name(minor: int) -> str:

@@ -7,7 +7,8 @@ slices). It watches Nodes: a labelled node that appears gets state and slices, a
 its slices; a node whose NVML state changes is re-published at a new pool generation. SIGTERM ends it.
 
 Config (JSON): {"kubeconfig", "state_root", "ready_file", "mig_layouts": {board: {layout: {profile: count}}}}.
-Node labels: dra-testbed.io/board, dra-testbed.io/gpu-count, dra-testbed.io/mode, dra-testbed.io/mig-layout.
+Node labels: dra-testbed.io/board, dra-testbed.io/gpu-count, dra-testbed.io/mode, dra-testbed.io/mig-layout;
+nodes labelled dra-testbed.io/driver other than "ours" are another driver's (left alone).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ BOARD_LABEL = "dra-testbed.io/board"
 COUNT_LABEL = "dra-testbed.io/gpu-count"
 MODE_LABEL = "dra-testbed.io/mode"
 LAYOUT_LABEL = "dra-testbed.io/mig-layout"
+DRIVER_LABEL = "dra-testbed.io/driver"  # "nvidia": NVIDIA's own plugin serves the node, not this publisher
 POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
 
@@ -57,7 +59,7 @@ class NodeConfig:
 def node_config(node) -> NodeConfig | None:
     """The GPU config of a Node object from its labels; None for nodes that carry no fake GPUs."""
     labels = node.metadata.labels or {}
-    if BOARD_LABEL not in labels or COUNT_LABEL not in labels:
+    if BOARD_LABEL not in labels or COUNT_LABEL not in labels or labels.get(DRIVER_LABEL, "ours") != "ours":
         return None
     kind = labels.get(MODE_LABEL, "whole")
     mode = parse_mode(f"{kind}:{labels[LAYOUT_LABEL]}" if kind == "static-mig" and labels.get(LAYOUT_LABEL) else kind)
@@ -102,19 +104,16 @@ class Publisher:
         return self.state_root / node
 
     def provision(self, cfg: NodeConfig) -> None:
-        """Create the node's fake GPUs (state directory) and, in static mode, its MIG layout through NVML."""
-        from fake_gpus.machine.views import ensure_machine  # the simulated hardware, not the driver's view of it
-        from fake_gpus.nvml import state
+        """Create the node's fake GPUs and OS views and, in static mode, its MIG layout through NVML."""
+        from fake_gpus.machine.provision import provision_node  # the simulated hardware, not the driver's view of it
 
-        state.create_state_dir(self.state_dir(cfg.name), [(cfg.board, cfg.count)])
-        ensure_machine(self.state_dir(cfg.name))  # driver root, /proc and /sys views of the node
+        layout = None
         if cfg.mode.kind == "static-mig":
             layout = self.mig_layouts.get(cfg.board, {}).get(cfg.mode.mig_layout)
             if layout is None:
                 valid = ", ".join(self.mig_layouts.get(cfg.board, {})) or "none"
                 raise miglayout.MigLayoutError(f"node {cfg.name}: no MIG layout {cfg.mode.mig_layout!r} for {cfg.board}; valid: {valid}")
-            with self.nvml.session(self.state_dir(cfg.name)):
-                miglayout.apply_layout(layout)
+        provision_node(self.state_dir(cfg.name), cfg.board, cfg.count, layout, self.nvml)
 
     # ----------------------------------------------------------------- driver side
     def desired(self, cfg: NodeConfig, generation: int) -> list[dict]:

@@ -131,7 +131,7 @@ def whole_gpu_device(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozense
     return {
         "name": gpu_device_name(gpu.minor),
         "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}, **_attributes(gpu, inv, driver)},
-        "capacity": {"memory": {"value": f"{memory}Mi"}},
+        "capacity": {"memory": {"value": mebibytes(memory)}},
     }
 
 
@@ -144,8 +144,20 @@ def _profile_values(profile: MigProfile) -> dict[str, int]:
     }
 
 
+def mebibytes(value: int) -> str:
+    """`value` MiB as the API server writes the quantity back (canonical binary SI: 16384 MiB is "16Gi"),
+    so what we publish reads back unchanged and matches NVIDIA's driver, which publishes bytes."""
+    if value == 0:
+        return "0"
+    suffixes, exponent = ("Mi", "Gi", "Ti", "Pi", "Ei"), 0
+    while value % 1024 == 0 and exponent < len(suffixes) - 1:
+        value //= 1024
+        exponent += 1
+    return f"{value}{suffixes[exponent]}"
+
+
 def _quantity(capacity: str, value: int) -> str:
-    return f"{value}Mi" if capacity == "memory" else str(value)
+    return mebibytes(value) if capacity == "memory" else str(value)
 
 
 def mig_device(gpu: Gpu, inv: NodeInventory, driver: str, profile: MigProfile, placement: Placement,
@@ -155,7 +167,7 @@ def mig_device(gpu: Gpu, inv: NodeInventory, driver: str, profile: MigProfile, p
     if uuid:
         attributes["uuid"] = {"string": uuid}
     return {
-        "name": mig_device_name(gpu.minor, profile.name, placement.start, placement.size),
+        "name": mig_device_name(gpu.minor, profile.name, profile.id, placement.start),
         "attributes": {**attributes, **_attributes(gpu, inv, driver)},
         "capacity": {k: {"value": _quantity(k, v)} for k, v in _profile_values(profile).items()},
     }
@@ -217,6 +229,11 @@ def counter_set(gpu: Gpu, faults: frozenset[str] = frozenset()) -> dict:
 def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> list[dict]:
     """The full GPU and every profile x placement, each consuming its share of the GPU's counter set."""
     full = whole_gpu_device(gpu, inv, driver, faults)
+    # as NVIDIA's driver: the partitionable full GPU offers every engine, memory of the largest profile
+    totals = counter_totals(gpu.profiles)
+    full["capacity"] = {k: {"value": _quantity(k, v)} for k, v in totals.items()}
+    if "wrong-memory" in faults:
+        full["capacity"]["memory"] = {"value": _quantity("memory", 2 * totals["memory"])}
     full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                  "counters": _counters(counter_totals(gpu.profiles), range(MEMORY_SLICES))}]
     devices = [full]
@@ -229,7 +246,8 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
             device["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                            "counters": _counters(_profile_values(profile), slices)}]
             devices.append(device)
-    return devices
+    # NVIDIA's driver announces a GPU's devices sorted by name (byte order), the full GPU first
+    return sorted(devices, key=lambda d: d["name"].encode())
 
 
 def live_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> list[dict]:
@@ -241,7 +259,10 @@ def live_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[st
         profile = gpu.profile_by_id(mig.profile_id)
         if profile is None:
             continue  # NVML does not answer for its profile (unknown facts): nothing true to publish
-        devices.append(mig_device(gpu, inv, driver, profile, mig.placement, uuid=mig.uuid))
+        device = mig_device(gpu, inv, driver, profile, mig.placement, uuid=mig.uuid)
+        # NVIDIA's driver offers a live MIG device's memory slices as capacities memorySlice<N> = 1
+        device["capacity"].update({f"memorySlice{i}": {"value": "1"} for i in mig.placement.slices})
+        devices.append(device)
     return devices
 
 
@@ -289,14 +310,15 @@ def _fits(s: _Slice, sets: list[dict], devices: list[dict], limits: ApiLimits) -
     return True
 
 
-def _first_fit(units: list[tuple[list[dict], list[dict]]], limits: ApiLimits) -> list[_Slice]:
-    """Fill slices in order with units that must not be split (a counter set with its devices on 1.34)."""
+def _first_fit(units: list[tuple[list[dict], list[dict]]], limits: ApiLimits, fresh: frozenset[int] = frozenset()) -> list[_Slice]:
+    """Fill slices in order with units that must not be split (a counter set with its devices on 1.34);
+    units whose index is in `fresh` start a new slice."""
     slices: list[_Slice] = []
-    for sets, devices in units:
+    for index, (sets, devices) in enumerate(units):
         if not _fits(_Slice(), sets, devices, limits):
             what = f"counter set {sets[0]['name']} with {len(devices)} devices" if sets else f"device {devices[0]['name']}"
             raise SliceLimitError(f"{what} does not fit in one ResourceSlice under the served API's limits")
-        if not slices or not _fits(slices[-1], sets, devices, limits):
+        if not slices or index in fresh or not _fits(slices[-1], sets, devices, limits):
             slices.append(_Slice())
         slices[-1].counter_sets += sets
         slices[-1].devices += devices
@@ -311,18 +333,25 @@ def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits) -> li
     for counter_set_, _ in groups:
         if counter_set_ and _set_size(counter_set_) > limits.max_counters_per_set:
             raise SliceLimitError(f"counter set {counter_set_['name']}: more than {limits.max_counters_per_set} counters")
+    # As NVIDIA's driver: a GPU with a counter set gets a slice of its own (1.34: its set and its devices;
+    # 1.35+: its devices, the counter sets of all GPUs sharing slices ahead of them).
     if limits.separate_counter_slices:
         # 1.35+: counter sets in slices of their own; devices find them by name within the pool
         sets = [([c], []) for c, _ in groups if c]
-        devices = [([], [d]) for _, ds in groups for d in ds]
-        return _first_fit(sets, limits) + _first_fit(devices, limits)
-    units = []
+        devices, fresh = [], set()
+        for counter_set_, ds in groups:
+            if counter_set_ and ds:
+                fresh.add(len(devices))
+            devices += [([], [d]) for d in ds]
+        return _first_fit(sets, limits) + _first_fit(devices, limits, frozenset(fresh))
+    units, fresh = [], set()
     for counter_set_, devices in groups:
         if counter_set_:
+            fresh.add(len(units))
             units.append(([counter_set_], devices))  # 1.34: a device's counter set must be in its slice
         else:
             units += [([], [d]) for d in devices]
-    return _first_fit(units, limits)
+    return _first_fit(units, limits, frozenset(fresh))
 
 
 def device_groups(inv: NodeInventory, mode: DriverMode, driver: str, faults: frozenset[str] = frozenset()) -> list[tuple[dict | None, list[dict]]]:
@@ -351,7 +380,7 @@ def build_slices(node: str, inv: NodeInventory, mode: DriverMode, limits: ApiLim
     metadata_base: dict = {"labels": dict(MANAGED_BY)}
     if node_uid:
         # owned by the Node, so the garbage collector removes the slices with it even without us
-        metadata_base["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+        metadata_base["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
     bodies = []
     for index, part in enumerate(parts):
         spec: dict = {

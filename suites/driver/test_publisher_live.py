@@ -34,7 +34,7 @@ def test_node_life_and_nvml_state_changes(scheduling_bed) -> None:
     bed.core.create_node(body=node_object(node))
     try:
         devices = pool_devices(bed, node.name, generation=1)
-        assert devices == ["gpu-0-mig-3g71gb-0-3", "gpu-0-mig-3g71gb-4-7", "gpu-1-mig-3g71gb-0-3", "gpu-1-mig-3g71gb-4-7"]
+        assert devices == ["gpu-0-mig-3g71gb-9-0", "gpu-0-mig-3g71gb-9-4", "gpu-1-mig-3g71gb-9-0", "gpu-1-mig-3g71gb-9-4"]
         # the node's MIG state changes behind the driver's back: one instance of GPU 1 goes
         state_dir = KwokCluster(bed.name).home / "nvml" / node.name
         _, mig = state.validate_state_dir(state_dir)

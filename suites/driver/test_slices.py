@@ -10,10 +10,10 @@ import pytest
 
 from fake_gpus.catalog import all_boards, get_board
 from fake_gpus.driver import miglayout
-from fake_gpus.driver.identity import DriverIdentity, counter_set_name, memory_slice_counter, parse_device_name
+from fake_gpus.driver.identity import CAPACITY_COUNTERS, DriverIdentity, counter_set_name, memory_slice_counter, parse_device_name
 from fake_gpus.driver.inventory import NvmlLibrary, inventory
 from fake_gpus.driver.launch import usable_layouts
-from fake_gpus.driver.slices import ApiLimits, LIMITS_1_34, LIMITS_1_35, ModeError, api_limits, build_slices, parse_mode
+from fake_gpus.driver.slices import ApiLimits, LIMITS_1_34, LIMITS_1_35, ModeError, api_limits, build_slices, mebibytes, parse_mode
 from fake_gpus.nvml import state
 from fake_gpus.nvml.build import SONAME, ensure_library
 
@@ -121,13 +121,24 @@ def test_dynamic_mig_slices(key: str, minor: str, node, nvml: NvmlLibrary) -> No
         if not ref.is_mig:
             assert entry["counters"] == sets[entry["counterSet"]], "the full GPU consumes every counter"
             continue
-        assert slices == {memory_slice_counter(i) for i in range(ref.start, ref.start + ref.size)}
         profile = board.profile(device["attributes"]["profile"]["string"])
+        assert ref.profile_id == profile.id
+        assert slices == {memory_slice_counter(i) for i in range(ref.start, ref.start + profile.memory_slices)}
         assert entry["counters"]["multiprocessors"]["value"] == str(profile.multiprocessors)
         assert device["attributes"]["parentUUID"]["string"] == inv.gpus[ref.minor].uuid
+    # NVIDIA's pool shape: 1.34 one slice per GPU (its counter set and devices), 1.35+ the counter sets
+    # first, then one slice of devices per GPU; within a GPU the devices sorted by name
+    with_sets = [b for b in bodies if b["spec"].get("sharedCounters")]
+    assert len(bodies) == (8 if minor == "1.34" else 9) and len(with_sets) == (8 if minor == "1.34" else 1)
+    for body in bodies:
+        names = [d["name"] for d in body["spec"].get("devices", [])]
+        assert names == sorted(names) and len({parse_device_name(n).minor for n in names}) <= 1
+    full = devices["gpu-0"]
+    assert {k: v["value"] for k, v in full["capacity"].items()} == {
+        k: sets[counter_set_name(0)][CAPACITY_COUNTERS[k]]["value"] for k in CAPACITY_COUNTERS}
     if board.key == "h100-80gb":  # the full-GPU profile is known: the totals are its row
         assert sets[counter_set_name(0)]["multiprocessors"]["value"] == "132"
-        assert sets[counter_set_name(0)]["memory"]["value"] == f"{board.profile('7g.80gb').memory_mib}Mi"
+        assert sets[counter_set_name(0)]["memory"]["value"] == mebibytes(board.profile('7g.80gb').memory_mib)
 
 
 @pytest.mark.parametrize("minor", MINORS)
@@ -138,7 +149,7 @@ def test_whole_and_static_slices(key: str, minor: str, node, nvml: NvmlLibrary) 
     check_limits(bodies, api_limits(minor))
     devices = devices_of(bodies)
     assert set(devices) == {f"gpu-{i}" for i in range(8)}
-    assert devices["gpu-0"]["capacity"]["memory"]["value"] == f"{board.memory_mib}Mi"
+    assert devices["gpu-0"]["capacity"]["memory"]["value"] == mebibytes(board.memory_mib)
     assert devices["gpu-0"]["attributes"]["productName"]["string"] == board.product_name
     for name, layout in usable_layouts(board).items():
         path = node(key, 2)
@@ -178,10 +189,10 @@ def test_faults_change_the_slices(node, nvml: NvmlLibrary) -> None:
     def counters(mode: str, *faults: str) -> dict:
         bodies = build_slices("n", inv, parse_mode(mode), LIMITS_1_34, IDENTITY, frozenset(faults))
         return bodies[0]["spec"]["sharedCounters"][0]["counters"]
-    assert build("whole", "wrong-memory")["gpu-0"]["capacity"]["memory"]["value"] == f"{2 * inv.gpus[0].memory_mib}Mi"
+    assert build("whole", "wrong-memory")["gpu-0"]["capacity"]["memory"]["value"] == mebibytes(2 * inv.gpus[0].memory_mib)
     assert counters("dynamic-mig", "oversized-counters")["multiprocessors"]["value"] == "264"
     assert counters("dynamic-mig", "oversized-counters")["memory-slice-0"]["value"] == "2"
-    short = build("dynamic-mig", "short-placement")["gpu-0-mig-3g40gb-4-7"]["consumesCounters"][0]["counters"]
+    short = build("dynamic-mig", "short-placement")["gpu-0-mig-3g40gb-9-4"]["consumesCounters"][0]["counters"]
     assert {c for c in short if c.startswith("memory-slice-")} == {"memory-slice-4", "memory-slice-5", "memory-slice-6"}
 
 

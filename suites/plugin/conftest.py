@@ -75,7 +75,7 @@ def apiserver() -> Iterator[ApiServer]:
 
 @pytest.fixture
 def make_claim(apiserver: ApiServer) -> Callable[..., ClaimId]:
-    """make_claim(["gpu-0-mig-1g10gb-3"], pool=NODE) -> a claim allocated exactly these devices."""
+    """make_claim(["gpu-0-mig-1g10gb-19-3"], pool=NODE) -> a claim allocated exactly these devices."""
 
     def make(devices: Sequence[str], pool: str = NODE, driver: str = DRIVER, allocate: bool = True) -> ClaimId:
         resource = client.ResourceV1Api(apiserver.api)

@@ -16,7 +16,7 @@ from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId
 
 pytestmark = pytest.mark.cluster
 
-MIG_1G = "gpu-0-mig-1g10gb-3"  # 1g.10gb at memory slice 3 of GPU 0
+MIG_1G = "gpu-0-mig-1g10gb-19-3"  # 1g.10gb at memory slice 3 of GPU 0
 
 
 def prepared_devices(response, claim: ClaimId) -> list:
@@ -80,7 +80,7 @@ def test_whole_gpu_prepare_exposes_only_that_gpu(start_plugin, state_dir, kubele
     assert spec_files(plugin) == []
 
 
-@pytest.mark.parametrize("first, second", [("gpu-1", MIG_1G), (MIG_1G, "gpu-0-mig-1g10gb-5")])
+@pytest.mark.parametrize("first, second", [("gpu-1", MIG_1G), (MIG_1G, "gpu-0-mig-1g10gb-19-5")])
 def test_a_container_with_two_claims_sees_the_devices_of_both(start_plugin, state_dir, kubelet, make_claim, first, second) -> None:
     plugin = start_plugin(state_dir)
     k = kubelet(plugin)
@@ -104,7 +104,7 @@ def test_a_container_with_two_claims_sees_the_devices_of_both(start_plugin, stat
 def test_prepare_twice_is_idempotent(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
     plugin = start_plugin(state_dir)
     k = kubelet(plugin)
-    claim = make_claim(["gpu-0-mig-3g40gb-4-7"])
+    claim = make_claim(["gpu-0-mig-3g40gb-9-4"])
     first = prepared_devices(k.prepare([claim]), claim)
     spec = read_spec(plugin)
     second = prepared_devices(k.prepare([claim]), claim)
@@ -139,7 +139,7 @@ def test_restart_between_prepare_and_unprepare_keeps_the_claim(start_plugin, sta
 
 def test_restart_unprepare_without_reprepare_cleans_up(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
     plugin = start_plugin(state_dir)
-    claim = make_claim(["gpu-1-mig-2g20gb-2-3"])
+    claim = make_claim(["gpu-1-mig-2g20gb-14-2"])
     prepared_devices(kubelet(plugin).prepare([claim]), claim)
     plugin.kill9()
     plugin.start()
@@ -149,8 +149,8 @@ def test_restart_unprepare_without_reprepare_cleans_up(start_plugin, state_dir, 
 
 @pytest.mark.parametrize("device, message", [
     ("gpu-7", "does not exist"),
-    ("gpu-0-mig-3g40gb-2-5", "no placement"),
-    ("gpu-0-mig-9g90gb-0", "not offered"),
+    ("gpu-0-mig-3g40gb-9-2", "no placement"),
+    ("gpu-0-mig-9g90gb-99-0", "not offered"),
 ])
 def test_prepare_of_a_device_that_does_not_exist_is_a_per_claim_error(
         start_plugin, state_dir, kubelet, make_claim, mig_instances, device, message) -> None:
@@ -196,11 +196,11 @@ def test_devices_of_other_drivers_and_pools_are_left_alone(start_plugin, state_d
 def test_v1beta1_service_prepares_and_unprepares(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
     plugin = start_plugin(state_dir)
     k = kubelet(plugin)
-    claim = make_claim(["gpu-1-mig-1g10gb-0"])
+    claim = make_claim(["gpu-1-mig-1g10gb-19-0"])
     response = k.prepare([claim], version="v1beta1")
     assert type(response).DESCRIPTOR.full_name == "k8s.io.kubelet.pkg.apis.dra.v1beta1.NodePrepareResourcesResponse"
     (device,) = prepared_devices(response, claim)
-    assert device.device_name == "gpu-1-mig-1g10gb-0"
+    assert device.device_name == "gpu-1-mig-1g10gb-19-0"
     assert mig_instances(state_dir) == [{"minor": 1, "profile": "1g.10gb", "start": 0, "size": 1, "compute_instances": 1}]
     assert k.unprepare([claim], version="v1beta1").claims[claim.uid].error == ""
     assert mig_instances(state_dir) == []
@@ -214,7 +214,7 @@ def test_health_stream_lists_every_device_as_healthy(start_plugin, state_dir, ku
     finally:
         stream.cancel()
     names = {d.device.device_name for d in first.devices}
-    assert {"gpu-0", "gpu-1", MIG_1G, "gpu-1-mig-7g80gb-0-7"} <= names
+    assert {"gpu-0", "gpu-1", MIG_1G, "gpu-1-mig-7g80gb-0-0"} <= names
     assert {d.device.pool_name for d in first.devices} == {NODE}
     assert {d.health for d in first.devices} == {protos.health.HEALTHY}
 

@@ -19,8 +19,8 @@ from fake_gpus.nvml import state
 
 pytestmark = pytest.mark.cluster
 
-MIG = "gpu-0-mig-2g20gb-2-3"
-NEIGHBOUR = "gpu-0-mig-1g10gb-0"
+MIG = "gpu-0-mig-2g20gb-14-2"
+NEIGHBOUR = "gpu-0-mig-1g10gb-19-0"
 # The kubelet gives a prepare call a deadline; a plugin that never answers runs into it.
 PREPARE_DEADLINE = 15.0
 

@@ -1,6 +1,6 @@
 """Replay bundles: a failing workload as files, and running it again on a fresh cluster.
 
-A bundle directory holds `layout.yaml` (the cluster), `steps.json` (what the runner did, in order:
+A bundle directory holds `bundle.json` (its format version), `layout.yaml` (the cluster), `steps.json` (what the runner did, in order:
 enough to replay), `manifests.yaml` (the objects, for a human with kubectl), `violations.json`
 (expected vs observed per broken property), `observed.json` (pods, claims, slices at failure) and
 `context.json` (driver faults in force and the like).
@@ -20,7 +20,10 @@ import yaml
 from testbed.clusters.layout import Layout, load_layout
 
 BUNDLE_ROOT_ENV = "DRA_TESTBED_BUNDLES"
-FILES = ("layout.yaml", "steps.json", "manifests.yaml", "violations.json", "observed.json", "context.json")
+# 2: MIG device names as NVIDIA's driver gives them (gpu-<minor>-mig-<profile>-<profile id>-<start>);
+# format 1 bundles (no bundle.json) name devices gpu-<minor>-mig-<profile>-<start>[-<end>] and cannot replay.
+FORMAT = 2
+FILES = ("bundle.json", "layout.yaml", "steps.json", "manifests.yaml", "violations.json", "observed.json", "context.json")
 
 
 def default_root() -> Path:
@@ -52,6 +55,7 @@ def write_bundle(directory: Path, *, layout_yaml: str, steps: list[dict], manife
     shrunk example last, so that is what stays)."""
     tmp = directory.with_name(directory.name + f".tmp-{uuid.uuid4().hex[:6]}")
     tmp.mkdir(parents=True)
+    (tmp / "bundle.json").write_text(json.dumps({"format": FORMAT}) + "\n")
     (tmp / "layout.yaml").write_text(layout_yaml)
     (tmp / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
     (tmp / "manifests.yaml").write_text(yaml.safe_dump_all(manifests, sort_keys=False))
@@ -69,9 +73,23 @@ def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
     for name in ("layout.yaml", "steps.json"):
         if not (directory / name).is_file():
             raise ValueError(f"{directory} is not a replay bundle: {name} is missing")
+    version = bundle_format(directory)
+    if version != FORMAT:
+        raise ValueError(f"{directory} is a format {version} replay bundle; this dra-testbed replays format {FORMAT} "
+                         "only (MIG devices were renamed as NVIDIA's driver names them): record the failure again")
     context_file = directory / "context.json"
     context = json.loads(context_file.read_text()) if context_file.is_file() else {}
     return load_layout(directory / "layout.yaml"), json.loads((directory / "steps.json").read_text()), context
+
+
+def bundle_format(directory: Path) -> int:
+    """The format version of a bundle (1: written before bundle.json existed)."""
+    try:
+        return int(json.loads((directory / "bundle.json").read_text())["format"])
+    except FileNotFoundError:
+        return 1
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{directory / 'bundle.json'}: not a bundle header ({exc})") from exc
 
 
 def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubeconfig: str | None = None) -> int:

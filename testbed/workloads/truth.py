@@ -86,13 +86,14 @@ def physical_violations(inventory: Inventory, allocations: Sequence[tuple[str, S
         compute = 0
         for owner, device in parts:
             ref = parse_device_name(device.id.device)
-            for memory_slice in range(ref.start, ref.start + ref.size):
+            board = board_of(device)
+            profile = _profile(board, device) if board else None
+            size = profile.memory_slices if profile and profile.memory_slices else 1  # names carry the start only
+            for memory_slice in range(ref.start, ref.start + size):
                 if memory_slice in used:
                     problems.append(Violation("soundness", f"{where}: memory slice {memory_slice} held by two partitions",
                                               "disjoint placements", [used[memory_slice], str(device.id)]))
                 used[memory_slice] = str(device.id)
-            board = board_of(device)
-            profile = _profile(board, device) if board else None
             compute += profile.slice_count if profile else 0
         if compute > CATALOG_COMPUTE_SLICES:
             problems.append(Violation("soundness", f"{where}: partitions use {compute} compute slices of {CATALOG_COMPUTE_SLICES}",
@@ -107,7 +108,7 @@ def placement_matches_name(device: Device) -> bool:
     if profile is None:
         return True
     ref = parse_device_name(device.id.device)
-    return ref.profile_token == profile_token(profile.name) and ref.size == profile.memory_slices
+    return ref.profile_token == profile_token(profile.name) and ref.profile_id == profile.id
 
 
 def held_devices(allocations: Sequence[tuple[str, Sequence[Result]]]) -> set[DeviceId]:

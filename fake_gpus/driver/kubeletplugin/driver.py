@@ -118,15 +118,15 @@ class Driver:
             ref = parse_device_name(device)
         except ValueError as exc:
             raise DeviceError(str(exc)) from exc
-        handle, profile = self.nvml.resolve(ref)
+        handle, profile, size = self.nvml.resolve(ref)
         gpu_uuid = _s(pynvml.nvmlDeviceGetUUID(handle))
         if profile is None:
             return _Planned(device, requests, gpu_uuid)
-        assert ref.start is not None and ref.size is not None
-        mig = MigRecord(gpu_uuid, profile.id, ref.start, ref.size)
-        existing = self.nvml.find_instance(handle, profile, ref.start, ref.size)
+        assert ref.start is not None and size is not None
+        mig = MigRecord(gpu_uuid, profile.id, ref.start, size)
+        existing = self.nvml.find_instance(handle, profile, ref.start, size)
         adopt = existing is not None and record is not None and record.state == PREPARING and any(
-            (m.gpu_uuid, m.profile_id, m.start, m.size) == (gpu_uuid, profile.id, ref.start, ref.size) for m in record.planned)
+            (m.gpu_uuid, m.profile_id, m.start, m.size) == (gpu_uuid, profile.id, ref.start, size) for m in record.planned)
         if existing is not None and not adopt:
             owner = self._owner(gpu_uuid, device, uid)
             if owner:
@@ -151,7 +151,7 @@ class Driver:
         inst = plan.existing
         if inst is None:
             ref = parse_device_name(plan.device)
-            handle, profile = self.nvml.resolve(ref)
+            handle, profile, _size = self.nvml.resolve(ref)
             inst = self.nvml.create_instance(handle, profile, plan.mig.start, plan.mig.size)
             created.append(inst)
         device.mig = MigRecord(inst.gpu_uuid, inst.profile_id, inst.start, inst.size, inst.gi_id, inst.ci_id, inst.uuid)

@@ -162,10 +162,10 @@ class Nvml:
         handle = self.gpu_by_minor(minor)
         if dynamic:
             for profile in self.profiles(handle):
-                names += [mig_device_name(minor, profile.name, s, n) for s, n in self.possible_placements(handle, profile)]
+                names += [mig_device_name(minor, profile.name, profile.id, s) for s, _ in self.possible_placements(handle, profile)]
         elif self.mig_enabled(handle):
             by_id = {p.id: p for p in self.profiles(handle)}
-            names += [mig_device_name(minor, by_id[m.profile_id].name, m.start, m.size) for m in self.instances(handle) if m.profile_id in by_id]
+            names += [mig_device_name(minor, by_id[m.profile_id].name, m.profile_id, m.start) for m in self.instances(handle) if m.profile_id in by_id]
         return names
 
     # --- MIG instances ---
@@ -255,14 +255,18 @@ class Nvml:
     # --- device names ---
 
     def resolve(self, ref: DeviceRef):
-        """(GPU handle, MIG profile or None) named by a device name; DeviceError if NVML has no such thing."""
+        """(GPU handle, MIG profile or None, placement size or None) named by a device name; DeviceError if
+        NVML has no such thing."""
         handle = self.gpu_by_minor(ref.minor)
         if not ref.is_mig:
-            return handle, None
+            return handle, None, None
         profile = self.profile_for_token(handle, ref.profile_token or "")
-        if (ref.start, ref.size) not in self.possible_placements(handle, profile):
-            raise DeviceError(f"{profile.name} has no placement at memory slices {ref.start}..{ref.start + ref.size - 1} on this GPU")
-        return handle, profile
+        if ref.profile_id != profile.id:
+            raise DeviceError(f"{profile.name} is MIG profile {profile.id} on this GPU, not {ref.profile_id}")
+        sizes = [n for s, n in self.possible_placements(handle, profile) if s == ref.start]
+        if not sizes:
+            raise DeviceError(f"{profile.name} has no placement starting at memory slice {ref.start} on this GPU")
+        return handle, profile, sizes[0]
 
 
 def _ci_profile_index(slice_count: int) -> int:
