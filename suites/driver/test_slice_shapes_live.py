@@ -1,5 +1,6 @@
 """Every board x mode published to the live API server of 1.34 and of 1.35: accepted, and shaped as each
-version requires (counters with their devices on 1.34, in slices of their own on 1.35)."""
+version requires (counters with their devices on 1.34, in slices of their own on 1.35) and as NVIDIA's driver
+shapes its pools."""
 
 from __future__ import annotations
 
@@ -55,8 +56,10 @@ def test_counters_sit_where_the_served_version_wants_them(shape_bed: TestBed) ->
                 local = {c.name for c in s.spec.shared_counters or []}
                 assert all(e.counter_set in local for d in s.spec.devices for e in d.consumes_counters)
                 assert sum(len(c.counters) for c in s.spec.shared_counters or []) <= 32
-            assert len(members) == (node.count + 1) // 2  # 15 counters per GPU: two GPUs per slice
+            assert len(members) == node.count  # as NVIDIA's driver: one slice per GPU
         else:
             assert all(not (s.spec.shared_counters and s.spec.devices) for s in members)
             assert all(len(s.spec.devices or []) <= 64 for s in members)
             assert any(s.spec.shared_counters for s in members) and any(s.spec.devices for s in members)
+            # as NVIDIA's driver: the counter sets of all GPUs in one slice, then one slice of devices per GPU
+            assert len(members) == node.count + 1
