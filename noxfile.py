@@ -51,3 +51,12 @@ def density(session: nox.Session) -> None:
         session.run("dra-testbed", "density", "--trace", os.path.join(TRACE_DIR, name), "--fleet", "clusters/layouts/density-h100.yaml",
                     "--modes", "whole,static-mig:all-balanced,dynamic-mig", "--k8s", K8S,
                     "--report", os.path.join("density-report", name.removesuffix(".csv")), *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The long bad-input fuzz: 2,000 cases per target (`nox -s tests` runs 25); counts in reports/fuzz/."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", "suites/robustness/test_fuzz_inputs.py", "-q", "-s", "-p", "no:cacheprovider",
+                *session.posargs, env={"DRA_TESTBED_FUZZ_EXAMPLES": os.environ.get("DRA_TESTBED_FUZZ_EXAMPLES", "2000"),
+                                       "DRA_TESTBED_FUZZ_RANDOM": "1"})

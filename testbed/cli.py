@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from testbed.clusters.base import DEFAULT_NAME, ClusterSpec
 from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
 
 EXIT_USAGE = 2
+# names become directories, kwokctl/kind cluster names and Docker container names
+_CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 BACKENDS = ("kwok", "kind")
 
 
@@ -38,6 +41,13 @@ def _minor(text: str) -> str:
     if key not in RELEASES:
         raise argparse.ArgumentTypeError(f"unknown Kubernetes minor {text!r}; valid: {', '.join(sorted(RELEASES))}")
     return key
+
+
+def _cluster_name(text: str) -> str:
+    if not _CLUSTER_NAME.match(text) or len(text) > 40:
+        raise argparse.ArgumentTypeError(f"cluster name {text!r} is not valid; valid: lower-case letters, digits and '-', "
+                                         "starting with a letter, at most 40 characters (e.g. lab-1)")
+    return text
 
 
 def _binary_override(text: str) -> tuple[str, str]:
@@ -154,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def cluster_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--backend", choices=BACKENDS, default="kwok", help="cluster backend (default: kwok)")
-        p.add_argument("--name", default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
+        p.add_argument("--name", type=_cluster_name, default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
 
     up = sub.add_parser("up", help="bring up a cluster with DRA and fake GPU nodes; prints the kubeconfig path last")
     cluster_args(up)

@@ -151,7 +151,7 @@ def load_layout(path: str | Path) -> Layout:
     try:
         data = yaml.safe_load(file.read_text())
     except OSError as exc:
-        raise LayoutError(f"cannot read layout {file}: {exc.strerror}") from exc
+        raise LayoutError(f"cannot read layout {file}: {exc.strerror}; valid: a readable YAML file such as clusters/layouts/mixed-h100-b200.yaml") from exc
     except yaml.YAMLError as exc:
         raise LayoutError(f"layout {file} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(data, dict):

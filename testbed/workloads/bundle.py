@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from testbed.clusters.layout import Layout, load_layout
+from testbed.workloads.bundle_schema import check_context, check_steps, read_json
 
 BUNDLE_ROOT_ENV = "DRA_TESTBED_BUNDLES"
 # 2: MIG device names as NVIDIA's driver gives them (gpu-<minor>-mig-<profile>-<profile id>-<start>);
@@ -69,7 +70,8 @@ def write_bundle(directory: Path, *, layout_yaml: str, steps: list[dict], manife
 
 
 def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
-    """Layout, steps and context of a bundle; ValueError naming the missing file."""
+    """Layout, steps and context of a bundle, each checked before anything starts; ValueError (one line)
+    naming the file and the problem."""
     for name in ("layout.yaml", "steps.json"):
         if not (directory / name).is_file():
             raise ValueError(f"{directory} is not a replay bundle: {name} is missing")
@@ -77,9 +79,9 @@ def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
     if version != FORMAT:
         raise ValueError(f"{directory} is a format {version} replay bundle; this dra-testbed replays format {FORMAT} "
                          "only (MIG devices were renamed as NVIDIA's driver names them): record the failure again")
-    context_file = directory / "context.json"
-    context = json.loads(context_file.read_text()) if context_file.is_file() else {}
-    return load_layout(directory / "layout.yaml"), json.loads((directory / "steps.json").read_text()), context
+    context = check_context(read_json(directory / "context.json", {}), str(directory / "context.json"))
+    steps = check_steps(read_json(directory / "steps.json"), str(directory / "steps.json"))
+    return load_layout(directory / "layout.yaml"), steps, context
 
 
 def bundle_format(directory: Path) -> int:
@@ -88,8 +90,9 @@ def bundle_format(directory: Path) -> int:
         return int(json.loads((directory / "bundle.json").read_text())["format"])
     except FileNotFoundError:
         return 1
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{directory / 'bundle.json'}: not a bundle header ({exc})") from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{directory / 'bundle.json'}: not a bundle header ({type(exc).__name__}: {str(exc)[:80]}); "
+                         f"valid: {json.dumps({'format': FORMAT})}") from exc
 
 
 def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubeconfig: str | None = None) -> int:
