@@ -39,17 +39,29 @@ class DriverIdentity:
     def mig_class(self) -> str:
         return f"mig.{self.domain}"
 
-    def device_classes(self) -> list[dict]:
-        """DeviceClass objects (resource.k8s.io/v1) selecting whole GPUs and MIG devices."""
-        return [self._device_class(self.gpu_class, "gpu"), self._device_class(self.mig_class, "mig")]
+    @property
+    def extended_resource(self) -> str:
+        """`nvidia.com/gpu`: what device-plugin style pods ask for, served from the GPU class (DRAExtendedResource)."""
+        return f"{self.domain}/gpu"
 
-    def _device_class(self, name: str, kind: str) -> dict:
+    def device_classes(self) -> list[dict]:
+        """DeviceClass objects (resource.k8s.io/v1) selecting whole GPUs and MIG devices.
+
+        The GPU class also names the extended resource, so a pod asking `nvidia.com/gpu: 1` gets a whole GPU
+        through DRA; an apiserver without the DRAExtendedResource gate drops the field.
+        """
+        return [self._device_class(self.gpu_class, "gpu", self.extended_resource), self._device_class(self.mig_class, "mig")]
+
+    def _device_class(self, name: str, kind: str, extended_resource: str | None = None) -> dict:
         expression = f"device.driver == '{self.driver}' && device.attributes['{self.driver}'].type == '{kind}'"
+        spec: dict = {"selectors": [{"cel": {"expression": expression}}]}
+        if extended_resource:
+            spec["extendedResourceName"] = extended_resource
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "dra-testbed"}},
-            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+            "spec": spec,
         }
 
 

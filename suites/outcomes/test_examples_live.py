@@ -7,11 +7,13 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from kubernetes import client
 
 from fake_gpus.catalog import get_board
 
 from testbed.outcomes.manifests import ManifestError, load
+from testbed.outcomes.render import summary
 from testbed.outcomes.run import RunResult, run_manifests
 
 from .conftest import EXAMPLES, HopperBed
@@ -39,12 +41,14 @@ def test_scheduling_settles_with_a_verdict_for_every_pod(examples: RunResult) ->
 def test_verdicts_nodes_and_devices_are_what_the_cluster_holds(examples: RunResult, hopper_bed: HopperBed) -> None:
     core, resource = client.CoreV1Api(hopper_bed.api), client.ResourceV1Api(hopper_bed.api)
     for outcome in examples.pods:
-        pod = core.read_namespaced_pod(outcome.name, outcome.namespace)
-        assert (outcome.verdict == "scheduled") == bool(pod.spec.node_name), outcome.name
-        assert outcome.node == pod.spec.node_name
+        # raw: the client's Pod model has no extendedResourceClaimStatus yet
+        pod = json.loads(core.read_namespaced_pod(outcome.name, outcome.namespace, _preload_content=False).data)
+        assert (outcome.verdict == "scheduled") == bool(pod["spec"].get("nodeName")), outcome.name
+        assert outcome.node == pod["spec"].get("nodeName")
         allocated = set()
-        names = [s.resource_claim_name for s in pod.status.resource_claim_statuses or []]
-        names += [c.resource_claim_name for c in pod.spec.resource_claims or [] if c.resource_claim_name]
+        names = [s["resourceClaimName"] for s in pod["status"].get("resourceClaimStatuses") or []]
+        names += [c["resourceClaimName"] for c in pod["spec"].get("resourceClaims") or [] if c.get("resourceClaimName")]
+        names += [pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]] if pod["status"].get("extendedResourceClaimStatus") else []
         for name in names:
             claim = resource.read_namespaced_resource_claim(name, outcome.namespace)
             allocated |= {(r.request, r.device, r.pool) for r in (claim.status.allocation.devices.results if claim.status.allocation else [])}
@@ -115,3 +119,26 @@ def test_compare_shows_the_100gi_pod_scheduled_once_b200s_are_added(request) -> 
     assert rows["too-big"]["change"] == ""  # 256Gi fits nowhere, before or after
     gb200 = get_board("gb200-186gb").memory_mib / 1024
     assert f"largest memory is {gb200:.1f}".removesuffix(".0") + "Gi on gb200-186gb (then " in " ".join(rows["too-big"]["b"]["reasons"])
+
+
+def test_legacy_gpu_pods_are_served_through_dra_unchanged(examples: RunResult, hopper_bed: HopperBed) -> None:
+    one = _pod(examples, "legacy-cuda")
+    assert one.legacy == {"nvidia.com/gpu": "1"} and one.verdict == "scheduled"
+    (allocation,) = one.allocations  # the claim the scheduler made for the extended resource
+    assert allocation.claim.startswith("legacy-cuda-extended-resources-") and allocation.product == "NVIDIA H100 80GB HBM3"
+    assert allocation.profile is None  # a whole GPU, as the device plugin gave
+    assert "1 of 1 legacy (nvidia.com/gpu-style) pods run unchanged" in summary(examples)
+
+
+def test_a_legacy_pod_asking_more_gpus_than_a_node_has_says_so(hopper_bed: HopperBed, tmp_path) -> None:
+    # pinned to the whole-GPU node: nine of the partitionable node's devices make the allocator time out (10 s)
+    (tmp_path / "nine.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "legacy-nine"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "h100-whole"},
+                 "containers": [{"name": "main", "image": "registry.invalid/cuda:12", "resources": {"limits": {"nvidia.com/gpu": 9}}}]}}))
+    result = run_manifests(hopper_bed.api, load([tmp_path]), fleet="h100-only", minor=hopper_bed.minor)
+    (nine,) = result.pods
+    assert nine.verdict == "pending" and not result.ok
+    assert "cannot allocate all claims" in nine.scheduler and "node affinity/selector" in nine.scheduler
+    assert nine.reasons == ["nvidia.com/gpu: 9 asked, DeviceClass gpu.nvidia.com has at most 8 devices on one node"]
+    assert "0 of 1 legacy (nvidia.com/gpu-style) pods run unchanged" in summary(result)

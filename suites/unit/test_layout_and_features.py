@@ -107,7 +107,7 @@ def test_every_gate_we_set_exists_and_is_not_locked_in_that_release(minor: str) 
 @pytest.mark.parametrize("minor", sorted(RELEASES))
 def test_alpha_dra_gates_of_each_release_are_switched_on(minor: str) -> None:
     source = _kube_features_source(RELEASES[minor].kubernetes)
-    wanted = ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity")
+    wanted = ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRAExtendedResource")
     for gate in wanted:
         specs = _gate_specs(source, gate)
         if specs and not specs[-1]["default"]:

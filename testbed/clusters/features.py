@@ -10,13 +10,16 @@ from testbed.toolchain.versions import release_for
 
 # minor -> gates to switch on explicitly (off by default, or beta and worth pinning on)
 FEATURE_GATES: dict[str, tuple[str, ...]] = {
-    # 1.34: partitionable devices, taints, consumable capacity are alpha (default off)
-    "1.34": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity"),
-    # 1.35: the same three still alpha; DRADeviceTaintRules split off as its own alpha gate
-    "1.35": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRADeviceTaintRules"),
+    # 1.34: partitionable devices, taints, consumable capacity, extended resources (nvidia.com/gpu served
+    # through DRA) are alpha (default off)
+    "1.34": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRAExtendedResource"),
+    # 1.35: the same four still alpha; DRADeviceTaintRules split off as its own alpha gate
+    "1.35": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRAExtendedResource",
+             "DRADeviceTaintRules"),
     # 1.36: beta and on by default except DRADeviceTaintRules (beta, default off)
-    "1.36": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRADeviceTaintRules"),
-    # 1.37: partitionable devices and consumable capacity still beta; taints GA
+    "1.36": ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity", "DRAExtendedResource",
+             "DRADeviceTaintRules"),
+    # 1.37: partitionable devices and consumable capacity still beta; taints and extended resources GA
     "1.37": ("DRAPartitionableDevices", "DRAConsumableCapacity"),
 }
 

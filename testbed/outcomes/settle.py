@@ -1,8 +1,12 @@
 """Waiting until scheduling has settled: every pod bound, or refused by the scheduler after its last change.
 
-A pod's last change is the latest creation of the pod and of its ResourceClaims; a FailedScheduling
-event newer than that is the scheduler's verdict on the pod as it stands. Pods, events and claims are
-followed with watches (one thread each, list then watch from its resourceVersion), never by sleeping.
+A pod's last change is its creation or the last write to one of its ResourceClaims (created by the controller,
+allocated or reserved for another pod sharing it); a FailedScheduling event written after that is the
+scheduler's verdict on the pod as it stands. "After" compares resourceVersions, which one etcd orders
+across resources (event timestamps have microseconds, object timestamps only seconds, and a failure
+just before a shared claim was allocated is no verdict); clusters whose resourceVersions are not
+integers fall back to timestamps. Pods, events and claims are followed with watches (one thread each,
+list then watch from its resourceVersion), never by sleeping.
 """
 
 from __future__ import annotations
@@ -61,12 +65,19 @@ class Snapshot:
         events = self.events.get(pod["metadata"]["uid"], [])
         return max(events, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=timezone.utc), default=None)
 
-    def last_change(self, pod: dict) -> datetime:
+    def _claims_of(self, pod: dict) -> list[dict]:
         namespace = pod["metadata"]["namespace"]
+        return [self.claims[(namespace, n)] for n in claim_names(pod) if (namespace, n) in self.claims]
+
+    def refused_after_last_change(self, pod: dict, failure: dict) -> bool:
+        # the pod itself needs no comparison: an event about its uid comes after its creation
+        versions = [_version(failure)] + [_version(c) for c in self._claims_of(pod)]
+        if all(isinstance(v, int) for v in versions):
+            return versions[0] > max(versions[1:], default=0)
         times = [timestamp(pod["metadata"]["creationTimestamp"])]
-        times += [timestamp(self.claims[(namespace, n)]["metadata"]["creationTimestamp"])
-                  for n in claim_names(pod) if (namespace, n) in self.claims]
-        return max(t for t in times if t is not None)
+        times += [timestamp(c["metadata"]["creationTimestamp"]) for c in self._claims_of(pod)]
+        failed = event_time(failure)
+        return failed is not None and failed >= max(t for t in times if t is not None)
 
     def verdict(self, pod: dict) -> str | None:
         """`bound`, `unschedulable` (refused after its last change), `gated`, or None while undecided."""
@@ -75,7 +86,7 @@ class Snapshot:
         if (pod.get("spec") or {}).get("schedulingGates"):
             return "gated"
         failure = self.latest_failure(pod)
-        if failure is not None and (event_time(failure) or self.last_change(pod)) >= self.last_change(pod):
+        if failure is not None and self.refused_after_last_change(pod, failure):
             return "unschedulable"
         return None
 
@@ -211,6 +222,11 @@ class Following:
                     if kind == "pod" and change != "DELETED" and (obj.get("spec") or {}).get("nodeName"):
                         self.bound_at.setdefault(obj["metadata"]["uid"], time.monotonic())
                 self.changed.notify_all()
+
+
+def _version(obj: dict) -> int | None:
+    text = (obj.get("metadata") or {}).get("resourceVersion", "")
+    return int(text) if text.isdigit() else None
 
 
 def _record(snapshot: Snapshot, kind: str, change: str, obj: dict) -> None:
