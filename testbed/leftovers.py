@@ -45,18 +45,43 @@ def listening_ports() -> set[int]:
 
 def listeners() -> set[tuple[int, str]]:
     """(port, local address) of every TCP socket in LISTEN state; addresses as dotted IPv4 or IPv6 hex."""
-    found = set()
+    return {(port, address) for port, address, _ in _listening_sockets()}
+
+
+def _listening_sockets(net: str = "/proc/net") -> list[tuple[int, str, str]]:
+    """(port, local address, socket inode) of every listening TCP socket in the network namespace of `net`."""
+    found = []
     for name in ("tcp", "tcp6"):
         try:
-            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+            lines = Path(f"{net}/{name}").read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+            if len(fields) > 9 and fields[3] == "0A":  # TCP_LISTEN
                 address, port = fields[1].rsplit(":", 1)
-                found.add((int(port, 16), _address(address)))
+                found.append((int(port, 16), _address(address), fields[9]))
     return found
+
+
+def listeners_of(pids: list[int]) -> list[tuple[int, str, int]]:
+    """(pid, local address, port) of every TCP socket these processes listen on, in their own network namespace."""
+    found = []
+    for pid in pids:
+        try:
+            inodes = {os.readlink(fd).removeprefix("socket:[").rstrip("]") for fd in Path(f"/proc/{pid}/fd").iterdir()
+                      if os.readlink(fd).startswith("socket:")}
+        except OSError:
+            continue
+        found += [(pid, address, port) for port, address, inode in _listening_sockets(f"/proc/{pid}/net") if inode in inodes]
+    return sorted(found)
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8 or ::1 (IPv6 addresses as /proc writes them, IPv4-mapped loopback included)."""
+    if "." in address:
+        return address.startswith("127.")
+    return address in ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
 
 
 def _address(hex_address: str) -> str:
