@@ -1,20 +1,23 @@
-"""Benchmark: publishing dynamic-MIG ResourceSlices for N KWOK nodes x 8 GPUs against KWOK creating the nodes.
+"""Benchmark: publishing dynamic-MIG ResourceSlices for N KWOK nodes against KWOK creating the nodes.
 
-In one run on one cluster: (1) with the publisher stopped, create N labelled H100 nodes and wait until
-KWOK reports every one Ready; (2) start the publisher and time it until its first publish is done
-(state directories created, every GPU read through NVML, every slice created and accepted by the API
-server), then check that every pool is complete.
+Per node count, in one run on one fresh cluster: (1) with the publisher stopped, create N labelled GPU
+nodes and wait until KWOK reports every one Ready; (2) start the publisher and time it until its first
+publish is done (state directories created, every GPU read through NVML, every slice created and accepted
+by the API server), then check that every pool is complete and that pods with MIG claims schedule on the
+fleet. Every process's peak RSS (VmHWM) is read at the end of each phase and summed.
 
-    python benchmarks/publish_scale.py [--nodes 1000] [--k8s 1.34]
+    python benchmarks/publish_scale.py [--nodes 1000 5000] [--fleet h100|mixed] [--k8s 1.34] [--pods 50]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from kubernetes import client
 
@@ -22,10 +25,12 @@ from fake_gpus.driver import launch
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.namespaces import create_namespace
 from testbed.waiting import wait_for
 
-BOARD = "h100-80gb"
-GPUS = 8
+FLEETS = {"h100": (("h100-80gb", 8),),
+          "mixed": (("h100-80gb", 8), ("h200-141gb", 8), ("b200-180gb", 8), ("gb200-186gb", 4))}
+GOAL = 2.0
 
 
 def ready(node) -> bool:
@@ -37,6 +42,12 @@ def bench_node(node: NodeSpec) -> dict:
     body = node_object(node)
     body["metadata"]["labels"]["bench"] = "publish-scale"
     return body
+
+
+def fleet_nodes(fleet: str, count: int) -> list[NodeSpec]:
+    boards = FLEETS[fleet]
+    return [NodeSpec(f"gpu-{i:05d}", boards[i % len(boards)][0], boards[i % len(boards)][1], Mode("dynamic-mig"))
+            for i in range(count)]
 
 
 def create_nodes(api: client.ApiClient, nodes: list[NodeSpec]) -> float:
@@ -53,58 +64,130 @@ def create_nodes(api: client.ApiClient, nodes: list[NodeSpec]) -> float:
             seen.add(node.metadata.name)
         return seen >= wanted
 
-    wait_for(core.list_node, all_ready, timeout=1800, what=f"{len(nodes)} nodes Ready", label_selector="bench=publish-scale")
+    wait_for(core.list_node, all_ready, timeout=3600, what=f"{len(nodes)} nodes Ready", label_selector="bench=publish-scale")
     return time.monotonic() - started
 
 
 def check_pools(api: client.ApiClient, nodes: list[NodeSpec]) -> tuple[int, int]:
     """(slices, devices) published for the benchmark nodes; asserts every pool is complete."""
     resource = client.ResourceV1Api(api)
-    by_pool: dict[str, list] = {}
+    by_pool: dict[str, list[int]] = {}
+    total = {}
     token = None
-    while True:  # paged and undecoded: one list of every slice is hundreds of MB
-        page = json.loads(resource.list_resource_slice(limit=100, _continue=token, _preload_content=False).data)
+    while True:  # paged and undecoded: one list of every slice is gigabytes
+        page = json.loads(resource.list_resource_slice(limit=200, _continue=token, _preload_content=False).data)
         for s in page["items"]:
-            by_pool.setdefault(s["spec"]["pool"]["name"], []).append(s)
+            pool = s["spec"]["pool"]
+            by_pool.setdefault(pool["name"], []).append(len(s["spec"].get("devices") or []))
+            total[pool["name"]] = pool["resourceSliceCount"]
         token = page["metadata"].get("continue")
         if not token:
             break
     for node in nodes:
-        members = by_pool.get(node.name, [])
-        assert members and all(s["spec"]["pool"]["resourceSliceCount"] == len(members) for s in members), f"pool {node.name} incomplete"
-    mine = [s for n in nodes for s in by_pool[n.name]]
-    return len(mine), sum(len(s["spec"].get("devices") or []) for s in mine)
+        assert len(by_pool.get(node.name, [])) == total.get(node.name, -1), f"pool {node.name} incomplete"
+    return sum(len(by_pool[n.name]) for n in nodes), sum(sum(by_pool[n.name]) for n in nodes)
+
+
+def schedule_pods(api: client.ApiClient, count: int) -> float:
+    """`count` pods, each with a claim for one 1g MIG device; seconds until every one is bound."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    create_namespace(core, "bench")
+    started = time.monotonic()
+    for i in range(count):
+        resource.create_namespaced_resource_claim("bench", {
+            "metadata": {"name": f"c-{i}"},
+            "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com", "selectors": [
+                {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile.startsWith('1g.')"}}]}}]}}})
+        core.create_namespaced_pod("bench", {
+            "metadata": {"name": f"p-{i}"},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none:0", "resources": {"claims": [{"name": "mig"}]}}],
+                     "resourceClaims": [{"name": "mig", "resourceClaimName": f"c-{i}"}]}})
+    bound: set[str] = set()
+
+    def all_bound(pod) -> bool:
+        if pod.spec.node_name:
+            bound.add(pod.metadata.name)
+        return len(bound) >= count
+
+    wait_for(core.list_namespaced_pod, all_bound, namespace="bench", timeout=1800, what=f"{count} pods bound")
+    return time.monotonic() - started
+
+
+def peak_rss(pids: dict[str, int]) -> dict[str, int]:
+    """Peak resident memory (VmHWM, bytes) of each process."""
+    found = {}
+    for name, pid in pids.items():
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    found[name] = int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return found
+
+
+def processes(cluster: KwokCluster) -> dict[str, int]:
+    pids = dict(cluster.pids())
+    try:
+        pids["publisher"] = int((cluster.home / launch.PID_FILE).read_text())
+    except (OSError, ValueError):
+        pass
+    pids["benchmark"] = os.getpid()
+    return pids
+
+
+def show_memory(title: str, rss: dict[str, int]) -> int:
+    total = sum(rss.values())
+    parts = ", ".join(f"{name} {value / 2**20:.0f}" for name, value in sorted(rss.items()))
+    print(f"  peak RSS {title} (MiB): {parts}; sum {total / 2**30:.2f} GiB", flush=True)
+    return total
+
+
+def run(count: int, fleet: str, k8s: str, pods: int) -> dict:
+    name = f"bench-{uuid.uuid4().hex[:6]}"
+    cluster = KwokCluster(name)
+    seed = Layout((NodeSpec("seed", "h100-80gb", 1, Mode("whole")),))
+    try:
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=seed))
+        launch.stop_publisher(cluster.home)  # phase 1 is KWOK alone
+        api = cluster.api_client()
+        nodes = fleet_nodes(fleet, count)
+        gpus = sum(n.count for n in nodes)
+        kwok_seconds = create_nodes(api, nodes)
+        kwok_rss = peak_rss(processes(cluster))
+        launch.START_TIMEOUT = 3600.0  # a first publish of thousands of nodes
+        started = time.monotonic()
+        launch.start_publisher(cluster.home, kubeconfig)  # returns once the first publish is done
+        publish_seconds = time.monotonic() - started
+        n_slices, n_devices = check_pools(api, nodes)
+        pod_seconds = schedule_pods(api, pods) if pods else 0.0
+        all_rss = peak_rss(processes(cluster))
+        api.close()
+        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG", flush=True)
+        print(f"  KWOK alone: {count} nodes created and Ready        {kwok_seconds:8.1f} s ({count / kwok_seconds:.1f} nodes/s)")
+        print(f"  publisher: first publish of every node done     {publish_seconds:8.1f} s ({count / publish_seconds:.1f} nodes/s)")
+        print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
+              f"({n_slices / publish_seconds:.1f} slices/s accepted)")
+        if pods:
+            print(f"  schedulable: {pods} pods with a 1g MIG claim bound in {pod_seconds:.1f} s")
+        kwok_total = show_memory("after KWOK alone", kwok_rss)
+        total = show_memory("after publishing and scheduling", all_rss)
+        print(f"  ratio publish time / KWOK nodes time: {publish_seconds / kwok_seconds:.2f} (goal {GOAL})")
+        print(f"  ratio peak RSS sum / KWOK alone: {total / kwok_total:.2f}; sum {total / 2**30:.2f} GiB (limit 16 GiB)", flush=True)
+        return {"nodes": count, "gpus": gpus, "kwok_s": kwok_seconds, "publish_s": publish_seconds, "rss_sum": total}
+    finally:
+        cluster.delete()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000])
+    parser.add_argument("--fleet", choices=sorted(FLEETS), default="h100")
     parser.add_argument("--k8s", default="1.34")
+    parser.add_argument("--pods", type=int, default=50, help="pods with a MIG claim scheduled after publishing")
     args = parser.parse_args()
-    name = f"bench-{uuid.uuid4().hex[:6]}"
-    cluster = KwokCluster(name)
-    seed = Layout((NodeSpec("seed", BOARD, 1, Mode("whole")),))
-    try:
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=args.k8s, layout=seed))
-        launch.stop_publisher(cluster.home)  # phase 1 is KWOK alone
-        api = cluster.api_client()
-        nodes = [NodeSpec(f"gpu-{i:04d}", BOARD, GPUS, Mode("dynamic-mig")) for i in range(args.nodes)]
-        kwok_seconds = create_nodes(api, nodes)
-        started = time.monotonic()
-        launch.start_publisher(cluster.home, kubeconfig)  # returns once the first publish is done
-        publish_seconds = time.monotonic() - started
-        print(f"Kubernetes {args.k8s}, {args.nodes} KWOK nodes x {GPUS} {BOARD} GPUs, dynamic MIG", flush=True)
-        print(f"  KWOK alone: {args.nodes} nodes created and Ready   {kwok_seconds:8.1f} s "
-              f"({args.nodes / kwok_seconds:.1f} nodes/s)", flush=True)
-        print(f"  publisher: first publish of every node done     {publish_seconds:8.1f} s "
-              f"({args.nodes / publish_seconds:.1f} nodes/s)", flush=True)
-        print(f"  ratio publish / KWOK nodes: {publish_seconds / kwok_seconds:.2f}", flush=True)
-        n_slices, n_devices = check_pools(api, nodes)
-        api.close()
-        print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
-              f"({n_slices / publish_seconds:.1f} slices/s accepted)")
-    finally:
-        cluster.delete()
+    for count in args.nodes:
+        run(count, args.fleet, args.k8s, args.pods)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ from fake_gpus.driver import miglayout
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import DriverIdentity, current_identity
 from fake_gpus.driver.inventory import NvmlLibrary, inventory
-from fake_gpus.driver.slices import ApiLimits, DriverMode, api_limits, build_slices, parse_mode, server_minor
+from fake_gpus.driver.slices import ApiLimits, DriverMode, api_limits, parse_mode, server_minor
+from fake_gpus.driver.stamping import StampedSlice, Stamper
 
 BOARD_LABEL = "dra-testbed.io/board"
 COUNT_LABEL = "dra-testbed.io/gpu-count"
@@ -43,6 +44,7 @@ LAYOUT_LABEL = "dra-testbed.io/mig-layout"
 DRIVER_LABEL = "dra-testbed.io/driver"  # "nvidia": NVIDIA's own plugin serves the node, not this publisher
 POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
+IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,9 @@ class Publisher:
         self.faults = faults
         self.limits = limits
         self.nodes: dict[str, NodeConfig] = {}
-        self.published: dict[str, tuple[int, dict[str, dict]]] = {}  # node -> (generation, name -> spec)
+        # node -> (generation, slice name -> digest of its text, None when its content is unknown)
+        self.published: dict[str, tuple[int, dict[str, bytes | None]]] = {}
+        self.stamper = Stamper(identity, limits, faults)  # slices per node shape, stamped per node
         self.stamps: dict[str, tuple] = {}
         self.pool = ThreadPoolExecutor(WORKERS)
         self.stop = threading.Event()
@@ -116,28 +120,27 @@ class Publisher:
         provision_node(self.state_dir(cfg.name), cfg.board, cfg.count, layout, self.nvml)
 
     # ----------------------------------------------------------------- driver side
-    def desired(self, cfg: NodeConfig, generation: int) -> list[dict]:
+    def desired(self, cfg: NodeConfig) -> list[StampedSlice]:
+        """The node's slices from what NVML reports for it now."""
         inv = inventory(self.nvml, self.state_dir(cfg.name))
-        return build_slices(cfg.name, inv, cfg.mode, self.limits, self.identity, self.faults, generation, cfg.uid)
+        return self.stamper.stamp(cfg.name, cfg.uid, inv, cfg.mode)
 
     def sync(self, cfg: NodeConfig) -> list[Future]:
         """Publish the node's slices if they differ from what is published; returns the pending writes."""
         self.stamps[cfg.name] = _state_stamp(self.state_dir(cfg.name))
         old_generation, old = self.published.get(cfg.name, (0, {}))
-        bodies = self.desired(cfg, old_generation or 1)
-        if old and {b["metadata"]["name"]: b["spec"] for b in bodies} == old:
+        stamped = self.desired(cfg)
+        digests = {s.name: s.digest for s in stamped}
+        if old and digests == old:
             return []
         generation = old_generation + 1
-        for body in bodies:
-            body["spec"]["pool"]["generation"] = generation
-        self.published[cfg.name] = (generation, {b["metadata"]["name"]: b["spec"] for b in bodies})
-        futures = [self.pool.submit(self._put, body, body["metadata"]["name"] in old) for body in bodies]
-        wanted = {b["metadata"]["name"] for b in bodies}
-        futures += [self.pool.submit(self._delete, name) for name in old if name not in wanted]
+        self.published[cfg.name] = (generation, digests)
+        futures = [self.pool.submit(self._put, s.name, s.body(generation), s.name in old) for s in stamped]
+        futures += [self.pool.submit(self._delete, name) for name in old if name not in digests]
         return futures
 
-    def _create(self, body: dict) -> int:
-        """POST a slice as JSON straight through the client's connection pool; returns the HTTP status.
+    def _create(self, body: bytes) -> int:
+        """POST a slice's JSON straight through the client's connection pool; returns the HTTP status.
 
         The generated client walks every dict of the body before encoding it, which costs more than the
         API server's own work for our large slices (see benchmarks/publish_scale.py)."""
@@ -147,19 +150,19 @@ class Publisher:
             if setting.get("in") == "header" and setting.get("value"):
                 headers[setting["key"]] = setting["value"]
         response = self.api.rest_client.pool_manager.request(
-            "POST", f"{cfg.host}/apis/resource.k8s.io/v1/resourceslices", body=json.dumps(body, separators=(",", ":")).encode(),
+            "POST", f"{cfg.host}/apis/resource.k8s.io/v1/resourceslices", body=body,
             headers=headers, preload_content=True)
         if response.status >= 300 and response.status != 409:
             raise ApiException(status=response.status, reason=response.reason, body=response.data.decode(errors="replace"))
         return response.status
 
-    def _put(self, body: dict, exists: bool) -> None:
-        name = body["metadata"]["name"]
+    def _put(self, name: str, body: bytes, exists: bool) -> None:
         if not exists and self._create(body) != 409:
             return
         current = self.resource.read_resource_slice(name)
-        body = dict(body, metadata=dict(body["metadata"], resourceVersion=current.metadata.resource_version))
-        self.resource.replace_resource_slice(name, body=body, _preload_content=False)
+        replacement = json.loads(body)  # the rare path (a node's state changed): a decoded body is fine
+        replacement["metadata"]["resourceVersion"] = current.metadata.resource_version
+        self.resource.replace_resource_slice(name, body=replacement, _preload_content=False)
 
     def _delete(self, name: str) -> None:
         try:
@@ -237,6 +240,10 @@ class Publisher:
         futures: list[Future] = []
         for node in listing.items:
             futures += self.add(node)
+            if len(futures) > IN_FLIGHT:  # bounded: the bodies of thousands of nodes must not pile up in memory
+                for f in futures[:IN_FLIGHT // 2]:
+                    f.result()
+                futures = futures[IN_FLIGHT // 2:]
         present = {n.metadata.name for n in listing.items}
         for gone in [n for n in self.published if n not in present]:
             futures += self.forget(gone)
