@@ -9,7 +9,7 @@ from types import MappingProxyType
 from fake_gpus.mig_placement import MEMORY_SLICES
 
 __all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
-           "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "provenance_class"]
+           "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "ci_label", "provenance_class"]
 
 # Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8; MEMORY_SLICES) and compute into 7.
 COMPUTE_SLICES = 7
@@ -21,6 +21,12 @@ DEFAULT_SOURCE = "default"
 # "published: " (NVIDIA's tables, headers and configs) or "derived: " (a rule from other facts,
 # stated in the citation). A fact no source gave is null with the citation "unknown".
 PROVENANCE_CLASSES = ("measured", "published", "derived")
+
+
+def ci_label(name: str, id: int, names: list[str] | tuple[str, ...]) -> str:
+    """The key of a compute-instance profile in fact paths: its name, or "name@id" where two CIs of one
+    GPU instance share the name (the 16- and 26-SM CIs of a 1g.20gb GI are both "1g.20gb")."""
+    return name if list(names).count(name) == 1 else f"{name}@{id}"
 
 
 def provenance_class(citation: str) -> str:
@@ -65,6 +71,10 @@ class GpuInstanceProfile:
     # Why max_instances is below what the placements could hold (e.g. a single
     # set of media engines); None when they agree.
     instance_limit_reason: str | None = None
+
+    def ci_label(self, ci: ComputeInstanceProfile) -> str:
+        """The key of ``ci`` in this board's fact paths (see :func:`ci_label`)."""
+        return ci_label(ci.name, ci.id, [c.name for c in self.compute_instance_profiles])
 
     @property
     def complete(self) -> bool:

@@ -52,8 +52,8 @@ def _split(board: Board, path: str) -> tuple[str, str]:
     fact = rest.removeprefix(gi.name + ".")
     if fact.startswith("compute_instance_profiles."):
         ci_rest = fact.removeprefix("compute_instance_profiles.")
-        ci = next(c for c in gi.compute_instance_profiles if ci_rest.startswith(c.name + "."))
-        return f"{gi.name}/{ci.name}", ci_rest.removeprefix(ci.name + ".")
+        label = next(gi.ci_label(c) for c in gi.compute_instance_profiles if ci_rest.startswith(gi.ci_label(c) + "."))
+        return f"{gi.name}/{label}", ci_rest.removeprefix(label + ".")
     return gi.name, fact
 
 
@@ -80,8 +80,8 @@ def _value(board: Board, path: str) -> Any:
             return getattr(gi, fact)
         ci_rest = fact.removeprefix("compute_instance_profiles.")
         for ci in gi.compute_instance_profiles:
-            if ci_rest.startswith(ci.name + "."):
-                return getattr(ci, ci_rest.removeprefix(ci.name + "."))
+            if ci_rest.startswith(gi.ci_label(ci) + "."):
+                return getattr(ci, ci_rest.removeprefix(gi.ci_label(ci) + "."))
     raise KeyError(path)
 
 

@@ -26,6 +26,7 @@ from fake_gpus.catalog.model import (
     CatalogError,
     ComputeInstanceProfile,
     GpuInstanceProfile,
+    ci_label,
 )
 from fake_gpus.mig_placement import max_disjoint_placements
 
@@ -63,14 +64,16 @@ def _check_placements(ctx: Ctx, key: str, gi: Mapping[str, Any], board_slices: i
     return tuple(starts)
 
 
-def _parse_ci(ctx: Ctx, key: str, raw: Any, gi_name: str, gi: Mapping[str, Any], path: str, sources: dict[str, str]) -> ComputeInstanceProfile:
+def _parse_ci(ctx: Ctx, key: str, raw: Any, gi_name: str, gi: Mapping[str, Any], path: str, sources: dict[str, str],
+              names: list[Any]) -> ComputeInstanceProfile:
     if not isinstance(raw, dict):
         raise ctx.fail(key, f"is {type(raw).__name__}", "a mapping")
     name = raw.get("name")
     if not isinstance(name, str):
         raise ctx.fail(f"{key}.name", f"is {name!r}", "a profile name such as '1c.3g.40gb'")
-    key = f"{key}[{name}]"
-    path = f"{path}.{name}"
+    label = ci_label(name, raw.get("id"), names)
+    key = f"{key}[{label}]"
+    path = f"{path}.{label}"
     collect_facts(ctx, key, raw, {**CI_FIELDS, "name": ((str,), False)}, path, sources)
     extra = set(raw) - {*CI_FIELDS, "name", "sources"}
     if extra:
@@ -85,9 +88,6 @@ def _parse_ci(ctx: Ctx, key: str, raw: Any, gi_name: str, gi: Mapping[str, Any],
     sms, gi_sms = raw["multiprocessors"], gi["multiprocessors"]
     if sms is not None and gi_sms is not None and sms > gi_sms:
         raise ctx.fail(f"{key}.multiprocessors", f"is {sms}", f"<= {gi_sms} (the GPU instance's)")
-    # The CI spanning the whole GI has exactly the GI's SMs.
-    if slices == gi["slice_count"] and sms != gi_sms:
-        raise ctx.fail(f"{key}.multiprocessors", f"is {sms} for the CI spanning the whole GI", f"the GI's {gi_sms}")
     return ComputeInstanceProfile(
         nvml_profile=raw["nvml_profile"], id=raw["id"], name=name, slice_count=slices, multiprocessors=raw["multiprocessors"]
     )
@@ -120,14 +120,22 @@ def _parse_gi(ctx: Ctx, index: int, raw: Any, board: Mapping[str, Any], sources:
     cis_raw = raw.get("compute_instance_profiles")
     if not isinstance(cis_raw, list) or not cis_raw:
         raise ctx.fail(f"{key}.compute_instance_profiles", "is missing or empty", "a list with at least the CI spanning the whole GI")
+    names = [ci.get("name") if isinstance(ci, dict) else None for ci in cis_raw]
     cis = tuple(
-        _parse_ci(ctx, f"{key}.compute_instance_profiles", ci, name, raw, f"{path}.compute_instance_profiles", sources)
+        _parse_ci(ctx, f"{key}.compute_instance_profiles", ci, name, raw, f"{path}.compute_instance_profiles", sources, names)
         for ci in cis_raw
     )
-    unique(ctx, f"{key}.compute_instance_profiles", "name", [c.name for c in cis])
     unique(ctx, f"{key}.compute_instance_profiles", "id", [c.id for c in cis])
-    if not any(c.slice_count == raw["slice_count"] for c in cis):
+    unique(ctx, f"{key}.compute_instance_profiles", "nvml_profile", [c.nvml_profile for c in cis])
+    spanning = [c for c in cis if c.slice_count == raw["slice_count"]]
+    if not spanning:
         raise ctx.fail(f"{key}.compute_instance_profiles", "has no CI spanning the whole GI", f"one named {name!r}")
+    # One CI spanning the whole GI has exactly the GI's SMs; a second one (the 1-slice CI of a
+    # 1-slice GI over 2 memory slices) may have fewer.
+    if raw["multiprocessors"] is not None and not any(c.multiprocessors == raw["multiprocessors"] for c in spanning):
+        found = ", ".join(f"{c.name} (id {c.id}) {c.multiprocessors}" for c in spanning)
+        raise ctx.fail(f"{key}.compute_instance_profiles", f"no CI spanning the whole GI has its multiprocessors ({found})",
+                       f"one with the GI's {raw['multiprocessors']}")
     facts = {f: raw[f] for f in GI_FIELDS if f != "placements"}
     return GpuInstanceProfile(**facts, name=name, placements=placements, compute_instance_profiles=cis,
                               instance_limit_reason=raw.get("instance_limit_reason"))

@@ -151,6 +151,7 @@ def test_whole_and_static_slices(key: str, minor: str, node, nvml: NvmlLibrary) 
     assert set(devices) == {f"gpu-{i}" for i in range(8)}
     assert devices["gpu-0"]["capacity"]["memory"]["value"] == mebibytes(board.memory_mib)
     assert devices["gpu-0"]["attributes"]["productName"]["string"] == board.product_name
+    assert set(usable_layouts(board)) == set(board.mig_layouts)  # every named layout, B200/GB200 3g/4g/7g ones too
     for name, layout in usable_layouts(board).items():
         path = node(key, 2)
         with nvml.session(path):

@@ -248,3 +248,25 @@ def test_state_is_shared_and_reset(make_node):
     state.reset_state_dir(d)
     assert _err(pynvml.nvmlGpuInstanceGetInfo, gi) == pynvml.NVML_ERROR_INVALID_ARGUMENT
     assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
+
+
+@pytest.mark.parametrize("key", mig_board_keys())
+def test_double_memory_1g_has_two_compute_instance_profiles(make_node, key):
+    """A 1g.20gb-like GPU instance answers CI profiles 1_SLICE (the 1g's SMs) and 1_SLICE_REV1 (its own, the
+    default), and holds one compute instance of either: they take the same compute slice."""
+    board = get_board(key)
+    gp = next(p for p in board.gpu_instance_profiles if p.nvml_profile == pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2)
+    one = next(p for p in board.gpu_instance_profiles if p.nvml_profile == pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+    make_node([(key, 1)], mig=True)
+    h = _gpu(key)
+    gi = pynvml.nvmlDeviceCreateGpuInstance(h, gp.id)
+    plain = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
+    rev1 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1, 0)
+    assert (plain.id, plain.sliceCount, plain.multiprocessorCount) == (0, 1, one.multiprocessors)
+    assert (rev1.id, rev1.sliceCount, rev1.multiprocessorCount) == (7, 1, gp.multiprocessors)
+    for first, second in ((plain.id, rev1.id), (rev1.id, plain.id)):
+        ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, first)
+        assert pynvml.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, second) == 0
+        assert _err(pynvml.nvmlGpuInstanceCreateComputeInstance, gi, second) == pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+        pynvml.nvmlComputeInstanceDestroy(ci)
+    pynvml.nvmlGpuInstanceDestroy(gi)

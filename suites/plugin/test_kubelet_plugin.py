@@ -68,6 +68,18 @@ def test_dynamic_mig_prepare_creates_the_instance_at_its_placement_and_unprepare
     assert spec_files(plugin) == []
 
 
+def test_dynamic_mig_prepare_of_a_double_memory_1g(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
+    """1g.20gb (one compute slice over two memory slices) prepares like any profile: its GPU instance and a compute instance."""
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    claim = make_claim(["gpu-0-mig-1g20gb-15-2"])
+    (device,) = prepared_devices(k.prepare([claim]), claim)
+    assert device.device_name == "gpu-0-mig-1g20gb-15-2"
+    assert mig_instances(state_dir) == [{"minor": 0, "profile": "1g.20gb", "start": 2, "size": 2, "compute_instances": 1}]
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+    assert mig_instances(state_dir) == []
+
+
 def test_whole_gpu_prepare_exposes_only_that_gpu(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
     plugin = start_plugin(state_dir)
     k = kubelet(plugin)

@@ -220,6 +220,17 @@ def test_partial_compute_instances_have_the_sms_of_the_same_size_gpu_instance(ke
                 assert ci.multiprocessors == plain[ci.slice_count].multiprocessors, ci.name
 
 
+@pytest.mark.parametrize("key", BOARD_KEYS)
+def test_double_memory_1g_offers_a_1g_and_its_own_compute_instance(key: str) -> None:
+    """1g.20gb and its kin: the default CI (ID 7) with the GI's SMs, and the plain 1-slice CI (ID 0) with the 1g's SMs."""
+    b = get_board(key)
+    gi = next(p for p in b.gpu_instance_profiles if p.nvml_profile == 9)  # NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2
+    cis = {c.id: (c.nvml_profile, c.name, c.multiprocessors) for c in gi.compute_instance_profiles}
+    assert cis == {7: (7, gi.name, gi.multiprocessors), 0: (0, gi.name, _plain(b)[1].multiprocessors)}
+    assert gi.multiprocessors > _plain(b)[1].multiprocessors
+    assert b.provenance(f"gpu_instance_profiles.{gi.name}.compute_instance_profiles.{gi.name}@0.multiprocessors")[0] == "derived"
+
+
 @pytest.mark.parametrize("key", BLACKWELL)
 def test_placements_are_those_of_h100(key: str) -> None:
     h100 = {p.nvml_profile: (p.memory_slices, p.placements) for p in get_board("h100-80gb").gpu_instance_profiles}
