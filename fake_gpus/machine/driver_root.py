@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -30,8 +31,31 @@ def _smi_script(state_dir: Path) -> str:
             "-m fake_gpus.nvml.smi \"$@\"\n")
 
 
-def write_driver_root(state_dir: Path, driver_version: str) -> Path:
-    """`<state>/driver-root` holding the fake library (a copy, as a real install's regular file) and nvidia-smi."""
+def write_device_nodes(root: Path, gpu_minors: list[int]) -> None:
+    """`<root>/dev/nvidia<minor>`, nvidiactl, nvidia-uvm(-tools) as character devices with NVIDIA's majors.
+
+    NVIDIA's driver takes a driver root holding /dev as the device root and puts these nodes into CDI
+    specs. Nothing backs them (opening one fails): they only have to exist with the right numbers.
+    Needs root (mknod); without it the nodes are left out."""
+    from fake_gpus.machine.procfs import NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
+
+    dev = root / "dev"
+    (dev / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return
+    nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in gpu_minors}
+    nodes.update({"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (NVIDIA_UVM_MAJOR, 0), "nvidia-uvm-tools": (NVIDIA_UVM_MAJOR, 1)})
+    for name, (major, minor) in nodes.items():
+        path = dev / name
+        if path.exists() and path.is_char_device() and os.stat(path).st_rdev == os.makedev(major, minor):
+            continue
+        path.unlink(missing_ok=True)
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+def write_driver_root(state_dir: Path, driver_version: str, gpu_minors: list[int] | None = None) -> Path:
+    """`<state>/driver-root` holding the fake library (a copy, as a real install's regular file), nvidia-smi
+    and the GPUs' device nodes."""
     root = Path(state_dir) / DRIVER_ROOT_DIR
     lib_dir = root / LIB_DIR
     lib_dir.mkdir(parents=True, exist_ok=True)
@@ -48,4 +72,5 @@ def write_driver_root(state_dir: Path, driver_version: str) -> Path:
     smi.parent.mkdir(parents=True, exist_ok=True)
     smi.write_text(_smi_script(Path(state_dir)))
     smi.chmod(0o755)
+    write_device_nodes(root, gpu_minors or [])
     return root

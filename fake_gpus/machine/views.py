@@ -44,7 +44,7 @@ def ensure_machine(state_dir: Path) -> MachineViews:
     versions = {b.driver_version for b in boards}
     if len(versions) != 1:
         raise state.StateError(f"{path}: GPUs of driver versions {sorted(versions)}; one node runs one driver")
-    write_driver_root(path, versions.pop())
+    write_driver_root(path, versions.pop(), [g.minor for g in gpus])
     write_procfs(path, [g.minor for g in gpus])
     places = placements([g.bus_id for g in gpus])
     write_sysfs(path, [(p, b.pci_device_id, b.pci_subsystem_id) for p, b in zip(places, boards)])

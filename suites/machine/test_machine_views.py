@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,11 @@ def test_driver_root_holds_library_and_an_nvidia_smi_that_answers_version(node8)
     out = subprocess.run([str(smi), "--version"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "580.95.05" in out.stdout
+    # a driver root with /dev is NVIDIA's device root: the GPUs' nodes with the nvidia major, one minor each
+    for minor in range(8):
+        st = os.stat(node8.driver_root / "dev" / f"nvidia{minor}")
+        assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, minor)
+    assert os.minor(os.stat(node8.driver_root / "dev" / "nvidiactl").st_rdev) == 255
 
 
 def test_proc_devices_view_names_the_nvidia_caps_major(node8):

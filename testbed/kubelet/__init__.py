@@ -1,0 +1,1 @@
+"""A stand-in for the kubelet's DRA side on KWOK nodes: plugin registration and NodePrepare/Unprepare."""

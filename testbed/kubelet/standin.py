@@ -1,0 +1,121 @@
+"""What the kubelet's DRA manager does for one node, against a plugin's real sockets.
+
+Registration as the kubelet's plugin watcher does it: GetInfo on `<registry>/<driver>-reg.sock`, check
+the plugin offers a DRA version we speak, dial the endpoint it names, NotifyRegistrationStatus. Pods as
+the DRA manager handles them: the claims of a pod (its own ResourceClaims, or the ones generated from
+templates, named in the pod's status), each read from the API and grouped per driver, prepared in one
+NodePrepareResources call per driver before the pod may start, unprepared in one NodeUnprepareResources
+call per driver once the pod is gone. A claim shared by several pods of the node stays prepared until
+the last of them is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+
+from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
+
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what a 1.34 kubelet accepts, newest first
+
+
+class PrepareError(RuntimeError):
+    """The plugin refused or failed a call; the message is what the kubelet's event would say."""
+
+
+@dataclass
+class StandInKubelet:
+    """One node's kubelet, DRA side, for one driver's plugin."""
+
+    node: str
+    driver: str
+    registry_dir: Path
+    minor: str = "1.34"
+    timeout: float = 60.0
+    version: str = "v1"
+    prepared: dict[str, set[str]] = field(default_factory=dict)  # claim uid -> pods (namespace/name) using it
+    claims: dict[str, ClaimId] = field(default_factory=dict)  # claim uid -> the claim, for unprepare
+    _client: KubeletClient | None = None
+
+    def register(self) -> str:
+        """GetInfo, dial its endpoint, NotifyRegistrationStatus; returns the DRA version chosen."""
+        socket = self.registry_dir / f"{self.driver}-reg.sock"
+        self._client = KubeletClient(socket, None, self.minor, self.timeout)
+        info = self._client.get_info()
+        if info.name != self.driver:
+            self._client.notify_registered(False, f"plugin name {info.name!r}, expected {self.driver!r}")
+            raise PrepareError(f"plugin at {socket} calls itself {info.name!r}, not {self.driver!r}")
+        offered = list(info.supported_versions)
+        chosen = next((s for s in SERVICES if s in offered), None)
+        if chosen is None:
+            self._client.notify_registered(False, f"none of {list(SERVICES)} offered (offered: {offered})")
+            raise PrepareError(f"plugin {self.driver} offers {offered}; this kubelet speaks {list(SERVICES)}")
+        self.version = chosen.split(".")[0]
+        self._client.connect(info.endpoint)
+        self._client.notify_registered(True)
+        return self.version
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def claims_of(self, api: client.ApiClient, pod) -> list[ClaimId]:
+        """The pod's ResourceClaims allocated by this driver, as the DRA manager finds them."""
+        names = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or []) if s.resource_claim_name}
+        resource = client.ResourceV1Api(api)
+        out = []
+        for ref in pod.spec.resource_claims or []:
+            name = ref.resource_claim_name or names.get(ref.name)
+            if not name:
+                raise PrepareError(f"pod {pod.metadata.namespace}/{pod.metadata.name}: claim {ref.name} has no ResourceClaim yet")
+            claim = resource.read_namespaced_resource_claim(name, pod.metadata.namespace)
+            allocation = claim.status.allocation if claim.status else None
+            if allocation is None:
+                raise PrepareError(f"claim {pod.metadata.namespace}/{name} is not allocated")
+            reserved = {r.uid for r in (claim.status.reserved_for or [])}
+            if pod.metadata.uid not in reserved:
+                raise PrepareError(f"claim {pod.metadata.namespace}/{name} is not reserved for pod {pod.metadata.name}")
+            if any(r.driver == self.driver for r in allocation.devices.results or []):
+                out.append(ClaimId(pod.metadata.namespace, claim.metadata.uid, name))
+        return out
+
+    def prepare_pod(self, api: client.ApiClient, pod) -> dict:
+        """NodePrepareResources for the pod's claims of this driver; returns claim uid -> CDI device ids."""
+        assert self._client is not None, "register() first"
+        claims = self.claims_of(api, pod)
+        if not claims:
+            return {}
+        response = self._client.prepare(claims, self.version, self.timeout)
+        out = {}
+        for claim in claims:
+            result = response.claims.get(claim.uid)
+            if result is None:
+                raise PrepareError(f"NodePrepareResources: no result for claim {claim.namespace}/{claim.name}")
+            if result.error:
+                raise PrepareError(f"NodePrepareResources failed for claim {claim.namespace}/{claim.name}: {result.error}")
+            out[claim.uid] = [cdi for d in result.devices for cdi in d.cdi_device_ids]
+            self.prepared.setdefault(claim.uid, set()).add(f"{pod.metadata.namespace}/{pod.metadata.name}")
+            self.claims[claim.uid] = claim
+        return out
+
+    def unprepare_pod(self, pod_key: str) -> list[str]:
+        """NodeUnprepareResources for claims no other pod of the node still uses; returns their uids."""
+        assert self._client is not None, "register() first"
+        done = []
+        for uid, pods in list(self.prepared.items()):
+            pods.discard(pod_key)
+            if not pods:
+                done.append(uid)
+        if not done:
+            return []
+        response = self._client.unprepare([self.claims[u] for u in done], self.version, self.timeout)
+        for uid in done:
+            result = response.claims.get(uid)
+            if result is None or result.error:
+                raise PrepareError(f"NodeUnprepareResources failed for claim {uid}: {result.error if result else 'no result'}")
+            del self.prepared[uid]
+            del self.claims[uid]
+        return done
