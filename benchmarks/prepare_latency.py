@@ -51,7 +51,7 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def make_claims(api: client.ApiClient, device: str, n: int) -> list[ClaimId]:
+def make_claims(api: client.ApiClient, device: str, n: int, pool: str = NODE) -> list[ClaimId]:
     """n claims allocated `device` (status written directly, as a scheduler would)."""
     resource = client.ResourceV1Api(api)
     claims = []
@@ -61,13 +61,13 @@ def make_claims(api: client.ApiClient, device: str, n: int) -> list[ClaimId]:
             {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}}}
         created = resource.create_namespaced_resource_claim(NAMESPACE, body)
         resource.patch_namespaced_resource_claim_status(name, NAMESPACE, {"status": {"allocation": {"devices": {"results": [
-            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]}}}})
+            {"request": "gpu", "driver": DRIVER, "pool": pool, "device": device}]}}}})
         claims.append(ClaimId(NAMESPACE, created.metadata.uid, name))
     return claims
 
 
-def start_plugin(root: Path, state_dir: Path, kubeconfig: Path, k8s: str) -> subprocess.Popen:
-    args = [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", NODE, "--state-dir", str(state_dir),
+def start_plugin(root: Path, state_dir: Path, kubeconfig: Path, k8s: str, node: str = NODE) -> subprocess.Popen:
+    args = [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node, "--state-dir", str(state_dir),
             "--nvml-lib-dir", str(ensure_library()), "--plugin-dir", str(root / "plugin"), "--registry-dir", str(root / "registry"),
             "--cdi-dir", str(root / "cdi"), "--kubeconfig", str(kubeconfig), "--k8s", k8s]
     env = {k: v for k, v in os.environ.items() if k not in ("DRA_TESTBED_FAULTS", "NVIDIA_VISIBLE_DEVICES")}
