@@ -38,7 +38,7 @@ from testbed.clusters.kwok.nodes import node_object  # noqa: E402
 from testbed.clusters.layout import NodeSpec, from_flags, parse_mode  # noqa: E402
 from testbed.nvidia import nodes, plugin  # noqa: E402
 from testbed.nvidia.binary import PluginNotFound, plugin_binary  # noqa: E402
-from testbed.toolchain.versions import DEFAULT_MINOR  # noqa: E402
+from hostenv.versions import DEFAULT_MINOR  # noqa: E402
 
 MODE = "dynamic-mig"
 

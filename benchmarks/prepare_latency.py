@@ -35,10 +35,10 @@ from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
 from fake_gpus.driver.kubeletplugin.protos import load  # noqa: E402
 from fake_gpus.nvml import state  # noqa: E402
 from fake_gpus.nvml.build import ensure_library  # noqa: E402
+from hostenv.versions import DEFAULT_MINOR  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
 from testbed.clusters.kwok import KwokCluster  # noqa: E402
 from testbed.clusters.layout import from_flags  # noqa: E402
-from testbed.toolchain.versions import DEFAULT_MINOR  # noqa: E402
 
 NODE = "bench-node-0"
 DRIVER = current_identity().driver

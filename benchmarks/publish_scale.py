@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from fake_gpus.driver import launch
+from fake_gpus.machine import launch
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.layout import Layout, Mode, NodeSpec

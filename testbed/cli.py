@@ -9,9 +9,9 @@ import signal
 import sys
 from pathlib import Path
 
+from hostenv.versions import DEFAULT_MINOR, RELEASES
 from testbed import interrupts
 from testbed.clusters.base import DEFAULT_NAME, ClusterSpec
-from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
 
 EXIT_USAGE = 2
 # names become directories, kwokctl/kind cluster names and Docker container names
@@ -136,7 +136,7 @@ def cmd_toolchain_list(args: argparse.Namespace) -> int:
 
 def cmd_toolchain_mirror(args: argparse.Namespace) -> int:
     from testbed.toolchain.mirror import write_mirror
-    from testbed.toolchain.versions import release_for
+    from hostenv.versions import release_for
 
     try:
         files = write_mirror(release_for(args.k8s), Path(args.directory))
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.errors import UnknownNameError
     from testbed.clusters.layout import LayoutError
     from testbed.toolchain.resolve import ToolchainError
-    from testbed.toolchain.versions import UnknownVersionError
+    from hostenv.versions import UnknownVersionError
     from testbed.clusters.kind.dockerd import DockerError
     from testbed.hostdeps import HostDepsMissing
     from testbed.clusters.kind.node_image import ImageBuildError

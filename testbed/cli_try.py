@@ -18,9 +18,9 @@ from typing import Iterator
 
 from rich.console import Console
 
+from hostenv.versions import DEFAULT_MINOR, release_for
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.layout import Layout, LayoutError, load_layout
-from testbed.toolchain.versions import DEFAULT_MINOR, release_for
 
 LAYOUTS = Path(__file__).resolve().parent.parent / "clusters" / "layouts"
 DRIVERS = ("ours", "nvidia")

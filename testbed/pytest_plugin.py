@@ -14,11 +14,11 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
+from hostenv.versions import DEFAULT_MINOR
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
 from testbed.namespaces import create_namespace
-from testbed.toolchain.versions import DEFAULT_MINOR
 
 DEFAULT_LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"
 

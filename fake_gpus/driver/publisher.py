@@ -1,40 +1,37 @@
-"""ResourceSlice publisher for simulated (KWOK) nodes: one fake-NVML state directory per node.
+"""ResourceSlice publisher for simulated nodes: one fake-NVML state directory per node.
 
-A long-running process (`python -m fake_gpus.driver.publisher --config FILE`). It plays two parts:
-the node's hardware (it creates each node's state directory from the node's labels) and the driver
-(it reads every GPU through NVML only, creates static MIG layouts through NVML and publishes the
-slices). It watches Nodes: a labelled node that appears gets state and slices, a node that goes loses
-its slices; a node whose NVML state changes is re-published at a new pool generation. SIGTERM ends it.
+The driver half of the KWOK publisher process (fake_gpus/machine/kwok_publisher.py, which also plays the
+nodes' hardware and hands its provisioning in) and of the kind DaemonSet's node publisher. It reads
+every GPU through NVML only and publishes the slices. It watches Nodes: a labelled node that appears
+gets state (from the provisioning it was given) and slices, a node that goes loses its slices; a node
+whose NVML state changes is re-published at a new pool generation.
 
-Config (JSON): {"kubeconfig", "state_root", "ready_file", "mig_layouts": {board: {layout: {profile: count}}}}.
 Node labels: dra-testbed.io/board, dra-testbed.io/gpu-count, dra-testbed.io/mode, dra-testbed.io/mig-layout;
 nodes labelled dra-testbed.io/driver other than "ours" are another driver's (left alone).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
 import queue
 import shutil
-import signal
 import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver import miglayout
-from fake_gpus.driver.faults import active_faults
-from fake_gpus.driver.identity import DriverIdentity, current_identity
+from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.inventory import NvmlLibrary, inventory
-from fake_gpus.driver.slices import ApiLimits, DriverMode, api_limits, parse_mode, server_minor
+from fake_gpus.driver.slices import ApiLimits, DriverMode, parse_mode
 from fake_gpus.driver.stamping import StampedSlice, Stamper
 
 BOARD_LABEL = "dra-testbed.io/board"
@@ -45,6 +42,8 @@ DRIVER_LABEL = "dra-testbed.io/driver"  # "nvidia": NVIDIA's own plugin serves t
 POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
+# makes a node's hardware: (state dir, board, count, static MIG layout or None, NVML) - the machine's part
+MakeNode = Callable[[Path, str, int, "dict[str, int] | None", NvmlLibrary], object]
 
 
 @dataclass(frozen=True)
@@ -84,13 +83,14 @@ class Publisher:
     """Keeps every labelled node's slices in line with its NVML state."""
 
     def __init__(self, api: client.ApiClient, nvml: NvmlLibrary, state_root: Path, mig_layouts: dict,
-                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits) -> None:
+                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits, make_node: MakeNode | None = None) -> None:
         self.api = api
         self.resource = client.ResourceV1Api(api)
         self.core = client.CoreV1Api(api)
         self.nvml = nvml
         self.state_root = state_root
         self.mig_layouts = mig_layouts
+        self.make_node = make_node
         self.identity = identity
         self.faults = faults
         self.limits = limits
@@ -108,16 +108,17 @@ class Publisher:
         return self.state_root / node
 
     def provision(self, cfg: NodeConfig) -> None:
-        """Create the node's fake GPUs and OS views and, in static mode, its MIG layout through NVML."""
-        from fake_gpus.machine.provision import provision_node  # the simulated hardware, not the driver's view of it
-
+        """Have the node's fake GPUs and OS views made and, in static mode, its MIG layout, when we were
+        given the machine's part to play (KWOK); a node of a real kubelet brings its own (kind)."""
+        if self.make_node is None:
+            return
         layout = None
         if cfg.mode.kind == "static-mig":
             layout = self.mig_layouts.get(cfg.board, {}).get(cfg.mode.mig_layout)
             if layout is None:
                 valid = ", ".join(self.mig_layouts.get(cfg.board, {})) or "none"
                 raise miglayout.MigLayoutError(f"node {cfg.name}: no MIG layout {cfg.mode.mig_layout!r} for {cfg.board}; valid: {valid}")
-        provision_node(self.state_dir(cfg.name), cfg.board, cfg.count, layout, self.nvml)
+        self.make_node(self.state_dir(cfg.name), cfg.board, cfg.count, layout, self.nvml)
 
     # ----------------------------------------------------------------- driver side
     def desired(self, cfg: NodeConfig) -> list[StampedSlice]:
@@ -335,38 +336,3 @@ def connect(kubeconfig: Path, timeout: float = 300.0) -> tuple[client.ApiClient,
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-
-
-def load_config(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fake_gpus.driver.publisher", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, type=Path, help="publisher config (JSON)")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config)
-    from fake_gpus.nvml.build import SONAME, ensure_library  # the fake library stands in for the real one
-
-    nvml = NvmlLibrary(ensure_library() / SONAME)
-    preload_api_modules()
-    api, version = connect(Path(cfg["kubeconfig"]))
-    limits = api_limits(server_minor(version))
-    publisher = Publisher(api, nvml, Path(cfg["state_root"]), cfg.get("mig_layouts", {}), current_identity(),
-                          active_faults(), limits)
-    signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())
-    signal.signal(signal.SIGINT, lambda *_: publisher.stop.set())
-    try:
-        publisher.run(Path(cfg["ready_file"]) if cfg.get("ready_file") else None)
-    except Exception as exc:  # noqa: BLE001 - start-up failures end the process with one line
-        body = getattr(exc, "body", None)
-        detail = f"{exc.status} {json.loads(body).get('message', '')}" if isinstance(exc, ApiException) and body else str(exc)
-        print(f"publisher: error: {type(exc).__name__}: {detail}".splitlines()[0], file=sys.stderr, flush=True)
-        return 1
-    finally:
-        publisher.pool.shutdown(wait=False, cancel_futures=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

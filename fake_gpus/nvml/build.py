@@ -21,8 +21,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from testbed.cachedir import cache_root
-from testbed.toolchain.goenv import go_binary, go_env
+from hostenv.dirs import cache_root
+from hostenv.goenv import go_binary, go_env
 
 GO_NVML_MODULE = "github.com/NVIDIA/go-nvml"
 GO_NVML_VERSION = "v0.13.4-1"

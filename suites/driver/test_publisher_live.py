@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driver_helpers import IDENTITY
-from fake_gpus.driver import launch
+from fake_gpus.machine import launch
 from fake_gpus.nvml import state
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.layout import Mode, NodeSpec

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hostenv.processes import alive
 from testbed.clusters.kwok import KwokCluster
-from testbed.processes import alive
 
 pytestmark = pytest.mark.cluster
 

@@ -191,14 +191,16 @@ class PluginProcess:
 
 @pytest.fixture
 def start_plugin(apiserver: ApiServer, nvml_lib_dir: Path, node_dir: Path, protos) -> Iterator[Callable[..., PluginProcess]]:
-    """start_plugin(state_dir, faults=(), mig="dynamic") -> a running plugin; stopped at teardown."""
+    """start_plugin(state_dir, faults=(), mig="dynamic", env={}) -> a running plugin; stopped at teardown."""
     started: list[PluginProcess] = []
 
-    def start(state_dir: Path, faults: Sequence[str] = (), mig: str = "dynamic") -> PluginProcess:
+    def start(state_dir: Path, faults: Sequence[str] = (), mig: str = "dynamic", env: dict[str, str] | None = None) -> PluginProcess:
+        extra = env or {}
         root = node_dir / f"kubelet{len(started)}"
         env = {k: v for k, v in os.environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES", "FAKE_NVML_STATE_DIR", "DRA_TESTBED_FAULTS")}
         env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}".rstrip(":")
         env.update(fault_env(faults))
+        env.update(extra)
         args = [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", NODE, "--state-dir", str(state_dir),
                 "--nvml-lib-dir", str(nvml_lib_dir), "--plugin-dir", str(root / "plugins" / DRIVER),
                 "--registry-dir", str(root / "plugins_registry"), "--cdi-dir", str(root / "cdi"),

@@ -6,7 +6,7 @@ import subprocess
 
 from conftest import REPO
 from fake_gpus.driver.kubeletplugin.protos import PROTO_FILES, ensure_protos, kubelet_module_dir, load, strip_gogo, version_for
-from testbed.cachedir import cache_root
+from hostenv.dirs import cache_root
 
 
 def test_stubs_live_in_the_cache_under_the_module_version() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hostenv.goenv import go_binary, go_env
+from hostenv.versions import RELEASES
 from testbed.clusters.features import FEATURE_GATES, RESOURCE_API_VERSIONS, feature_gates, runtime_config
 from testbed.clusters.layout import LayoutError, Mode, from_flags, load_layout, parse_node_flag
-from testbed.toolchain.goenv import go_binary, go_env
-from testbed.toolchain.versions import RELEASES
 
 LAYOUTS = Path(__file__).resolve().parents[2] / "clusters" / "layouts"
 

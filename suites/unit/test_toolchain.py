@@ -14,12 +14,12 @@ from typing import Iterator
 
 import pytest
 
+from hostenv.versions import UnknownVersionError, release_for
 from testbed.toolchain import download, gobuild
 from testbed.toolchain.mirror import write_mirror
 from testbed.toolchain.projects import PROJECTS
 from testbed.toolchain.resolve import ToolchainError, ensure, ensure_project
 from testbed.toolchain.store import CachedRelease, sha256_of
-from testbed.toolchain.versions import UnknownVersionError, release_for
 
 RELEASE = release_for("1.34")
 SMALL = ("etcd", "kwok", "kind")  # projects small enough to move around in every test

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from testbed.cachedir import state_root
+from hostenv.dirs import state_root
+from hostenv.versions import DEFAULT_MINOR
 from testbed.clusters.layout import Layout
-from testbed.toolchain.versions import DEFAULT_MINOR
 
 DEFAULT_NAME = "dra-testbed"
 

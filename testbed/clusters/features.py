@@ -6,7 +6,7 @@ alone (setting a locked gate is a warning today and an error once the gate is re
 
 from __future__ import annotations
 
-from testbed.toolchain.versions import release_for
+from hostenv.versions import release_for
 
 # minor -> gates to switch on explicitly (off by default, or beta and worth pinning on)
 FEATURE_GATES: dict[str, tuple[str, ...]] = {

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from fake_gpus.catalog import BOARD_KEYS
+from fake_gpus.catalog import BOARD_KEYS, get_board
+from fake_gpus.machine.launch import usable_layouts
 
 MODES = ("whole", "static-mig:<layout>", "dynamic-mig")
 NODE_KEYS = ("name", "board", "count", "mode", "replicas")
@@ -179,3 +180,17 @@ def check_size(layout: Layout, backend: str, max_nodes: int, max_gpus: int, allo
     what = f"{nodes} nodes" if nodes > max_nodes else f"{gpus} GPUs"
     raise LayoutError(f"layout {layout.name} has {what}; valid for {backend}: up to {max_nodes} nodes and {max_gpus} GPUs, "
                       f"or pass {ALLOW_LARGE_FLAG} to go beyond (up to {HARD_MAX_NODES} nodes)")
+
+
+def check_layout(layout: Layout) -> None:
+    """Refuse, before anything starts, a board or MIG layout the driver cannot serve (LayoutError, one line)."""
+    for node in layout.nodes:
+        board = get_board(node.board)
+        if node.mode.kind != "static-mig":
+            continue
+        name = node.mode.mig_layout
+        usable = usable_layouts(board)
+        if name not in usable:
+            problem = "uses MIG profiles whose facts are unknown" if name in board.mig_layouts else "is unknown"
+            raise LayoutError(f"node {node.name}: MIG layout {name!r} of {board.key} {problem}; "
+                              f"valid layouts: {', '.join(usable) or 'none'}")

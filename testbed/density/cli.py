@@ -6,14 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
+from hostenv.versions import DEFAULT_MINOR, RELEASES
 
 DEFAULT_MODES = "whole,static-mig:all-balanced,dynamic-mig"
 
 
 def parse_modes(text: str, fleet):
     """The modes of `--modes`, each checked against every board of the fleet (LayoutError, one line)."""
-    from fake_gpus.driver import launch
+    from fake_gpus.machine import launch
     from testbed.clusters.layout import LayoutError, parse_mode
     from testbed.density.replay import fleet_in_mode
 

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from fake_gpus.machine import namespace
 from fake_gpus.machine.views import MachineViews
-from testbed.processes import alive, terminate
+from hostenv.processes import alive, terminate
 
 DRIVER = "gpu.nvidia.com"
 IMAGE_NAME = "dra-testbed.local/nvidia-gpu-kubelet-plugin:fake"  # required flag; nothing pulls it on KWOK

@@ -20,11 +20,11 @@ from typing import Mapping, Sequence
 
 from filelock import FileLock
 
+from hostenv.dirs import cache_root
+from hostenv.goenv import go_binary, go_env
+from hostenv.versions import release_for
 from testbed import progress
-from testbed.cachedir import cache_root
-from testbed.toolchain.goenv import go_binary, go_env
 from testbed.toolchain.gobuild import run_go
-from testbed.toolchain.versions import release_for
 
 SOURCE = Path(__file__).with_name("dra_cel.go")
 _POSITION = re.compile(r"ERROR: <input>:(\d+):(\d+): ([^\n]*)")

@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
-from testbed.cachedir import cache_root
-from testbed.toolchain.goenv import go_binary, go_env
+from hostenv.dirs import cache_root
+from hostenv.goenv import go_binary, go_env
 
 Progress = Callable[[str], None]
 

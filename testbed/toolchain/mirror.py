@@ -13,9 +13,9 @@ import tarfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from hostenv.versions import Release
 from testbed.toolchain.projects import PROJECTS
 from testbed.toolchain.store import CachedRelease, sha256_of
-from testbed.toolchain.versions import Release
 
 MIRROR_BASE = "http://mirror.invalid"  # placeholder host: only the URL paths matter for the layout
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from hostenv.goenv import GoMissingError
 from testbed import progress
 from testbed.toolchain import download, gobuild
-from testbed.toolchain.goenv import GoMissingError
 from testbed.toolchain.projects import (
     GITHUB_DOWNLOAD_ENV,
     K8S_DOWNLOAD_ENV,
@@ -21,8 +21,8 @@ from testbed.toolchain.projects import (
     Project,
     project_of,
 )
+from hostenv.versions import Release, release_for
 from testbed.toolchain.store import CachedRelease
-from testbed.toolchain.versions import Release, release_for
 
 OVERRIDE_ENV_PREFIX = "DRA_TESTBED_BINARY_"
 

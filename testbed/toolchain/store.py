@@ -15,7 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from testbed.cachedir import cache_root
+from hostenv.dirs import cache_root
 
 MANIFEST = "manifest.json"
 # Files whose size and mtime still match what was verified are not hashed again: hashing

@@ -105,7 +105,7 @@ def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubec
     from fake_gpus.driver.faults import FAULTS_ENV
     from testbed.clusters.base import ClusterSpec
     from testbed.clusters.kwok import KwokCluster
-    from testbed.toolchain.versions import DEFAULT_MINOR
+    from hostenv.versions import DEFAULT_MINOR
     from testbed.workloads.runner import PropertyFailure, Runner
 
     layout, steps, context = load_bundle(directory)

@@ -192,7 +192,7 @@ def read_json(file: Path, default: Any = None) -> Any:
 def check_context(context: Any, file: str = "context.json") -> dict:
     """context.json: an object; `faults` a comma-separated string of known faults, `k8s` a known minor."""
     from fake_gpus.driver.faults import FAULTS
-    from testbed.toolchain.versions import RELEASES
+    from hostenv.versions import RELEASES
 
     _type(context, dict, file, "an object")
     faults = context.get("faults")

@@ -12,7 +12,7 @@ from fake_gpus.driver.faults import UnknownFaultError, active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, MIG_STATIC
 from fake_gpus.driver.kubeletplugin.server import KubeletPlugin, PluginConfig, log
-from testbed.toolchain.versions import DEFAULT_MINOR
+from hostenv.versions import DEFAULT_MINOR
 
 
 def parse_args(argv: list[str] | None) -> PluginConfig:

@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
-from testbed.toolchain.versions import DEFAULT_MINOR
+from hostenv.versions import DEFAULT_MINOR
 
 
 @dataclass(frozen=True)

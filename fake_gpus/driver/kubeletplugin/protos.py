@@ -28,9 +28,9 @@ from types import ModuleType
 
 from filelock import FileLock
 
-from testbed.cachedir import cache_root
-from testbed.toolchain.goenv import go_binary, go_env
-from testbed.toolchain.versions import DEFAULT_MINOR, release_for
+from hostenv.dirs import cache_root
+from hostenv.goenv import go_binary, go_env
+from hostenv.versions import DEFAULT_MINOR, release_for
 
 KUBELET_MODULE = "k8s.io/kubelet"
 # name in the generated package -> path inside the k8s.io/kubelet module

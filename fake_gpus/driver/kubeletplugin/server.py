@@ -17,7 +17,7 @@ from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
 from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver, DriverSettings
 from fake_gpus.driver.kubeletplugin.nvml import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
-from testbed.toolchain.versions import DEFAULT_MINOR
+from hostenv.versions import DEFAULT_MINOR
 
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 DRA_SOCKET = "dra.sock"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from hostenv.versions import release_for
 from testbed import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import feature_gates, runtime_config
@@ -22,7 +23,6 @@ from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, Ki
 from testbed.clusters.layout import Layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
-from testbed.toolchain.versions import release_for
 
 DRIVER_NAMESPACE = "dra-testbed-driver"
 DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"

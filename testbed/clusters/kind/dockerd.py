@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from hostenv.dirs import cache_root, state_root
+from hostenv.processes import terminate
 from testbed import hostdeps, progress
-from testbed.cachedir import cache_root, state_root
-from testbed.processes import terminate
 
 RUNTIME_NAME = "dra-testbed-runc"
 START_TIMEOUT = 60.0

@@ -16,8 +16,8 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+from hostenv.dirs import cache_root
 from testbed import progress
-from testbed.cachedir import cache_root
 from testbed.clusters.kind.dockerd import ensure_engine, image_present
 from testbed.clusters.kind.node_image import PATH_ENV, ImageBuildError, derive_image, drop_stale, ensure_base_image
 
@@ -29,6 +29,8 @@ WORKLOAD_REPO = "dra-testbed/workload"
 DRIVER_REPO = "dra-testbed/driver"
 # the kubelet plugin's gRPC stack; pinned to the host's versions, which the suites were run with
 DRIVER_EXTRAS = ("grpcio", "protobuf")
+# what the driver image carries of ours: the driver and the plumbing below it, never the test bed
+DRIVER_PACKAGES = ("fake_gpus", "hostenv")
 
 
 def _pip_install(target: Path, requirements: list[str], no_deps: bool = False) -> None:
@@ -61,7 +63,7 @@ def ensure_workload_image() -> str:
     """Debian base + nvidia-ml-py + nvml-report: prints what NVML shows as JSON (`--sleep` to stay up)."""
     ensure_engine()
     base = ensure_base_image()
-    report = PROJECT_ROOT / "testbed" / "images" / "nvml_report.py"
+    report = PROJECT_ROOT / "fake_gpus" / "nvml" / "report.py"
     reference = f"{WORKLOAD_REPO}:{_tree_hash(report, extra=base + _pinned('nvidia-ml-py'))}"
     if image_present(reference):
         return reference
@@ -98,6 +100,17 @@ def _python_deps(pins: str) -> Path:
     return target
 
 
+def driver_sources(root: Path = PROJECT_ROOT) -> list[Path]:
+    """Our files the driver image is made of, and its tag hashes: the driver packages and pyproject.toml."""
+    return [*(root / package for package in DRIVER_PACKAGES), root / "pyproject.toml"]
+
+
+def driver_reference(base: str, generated: list[Path], root: Path = PROJECT_ROOT) -> str:
+    """The driver image's tag: a hash of `driver_sources`, the `generated` library and stubs, the base and pins."""
+    pins = " ".join(_pinned(name) for name in DRIVER_EXTRAS)
+    return f"{DRIVER_REPO}:{_tree_hash(*driver_sources(root), *generated, extra=base + pins)}"
+
+
 def ensure_driver_image(minor: str = "1.34") -> str:
     """Debian base + our packages and their dependencies + the fake libnvidia-ml.so.1 + kubelet API stubs
     of `minor` (generated on the host: the image has no Go to fetch the .proto files with)."""
@@ -108,9 +121,8 @@ def ensure_driver_image(minor: str = "1.34") -> str:
     base = ensure_base_image()
     library = ensure_library()
     protos = ensure_protos(version_for(minor))
-    sources = [PROJECT_ROOT / "fake_gpus", PROJECT_ROOT / "testbed", PROJECT_ROOT / "pyproject.toml", library, protos]
     pins = " ".join(_pinned(name) for name in DRIVER_EXTRAS)
-    reference = f"{DRIVER_REPO}:{_tree_hash(*sources, extra=base + pins)}"
+    reference = driver_reference(base, [library, protos])
     if image_present(reference):
         return reference
     with progress.step(f"building {reference}") as step, tempfile.TemporaryDirectory(prefix="dra-testbed-driver-") as tmp:
@@ -119,7 +131,7 @@ def ensure_driver_image(minor: str = "1.34") -> str:
         step.update("Python dependencies")
         shutil.copytree(_python_deps(pins), site, symlinks=True)
         step.update("our packages")
-        for package in ("fake_gpus", "testbed"):
+        for package in DRIVER_PACKAGES:
             shutil.rmtree(site / package, ignore_errors=True)
             shutil.copytree(PROJECT_ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         step.update("adding the fake NVML library")

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from testbed.toolchain.versions import DEFAULT_MINOR, RELEASES
+from hostenv.versions import DEFAULT_MINOR, RELEASES
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:

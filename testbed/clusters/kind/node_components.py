@@ -12,11 +12,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostenv.dirs import cache_root
+from hostenv.goenv import go_binary, go_env
+from hostenv.versions import Release
 from testbed import hostdeps, progress
-from testbed.cachedir import cache_root
 from testbed.toolchain import gobuild
-from testbed.toolchain.goenv import go_binary, go_env
-from testbed.toolchain.versions import Release
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostenv.versions import Release, release_for
 from testbed import hostdeps, progress
-from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, image_present
 from testbed.clusters.kind import node_components, node_files, rootfs
+from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, image_present
 from testbed.toolchain.resolve import ensure
-from testbed.toolchain.versions import Release, release_for
 
 TOOLCHAIN_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "etcd")
 REGISTRY = "registry.k8s.io"

@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from hostenv.dirs import cache_root
 from testbed import hostdeps, progress
-from testbed.cachedir import cache_root
 
 SUITE = "bookworm"
 MIRROR_ENV = "DRA_TESTBED_DEBIAN_MIRROR"

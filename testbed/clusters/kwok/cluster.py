@@ -18,18 +18,18 @@ from filelock import FileLock
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.driver import launch
 from fake_gpus.driver.publisher import preload_api_modules
+from fake_gpus.machine import launch
+from hostenv.dirs import state_root
+from hostenv.processes import alive, terminate
+from hostenv.versions import release_for
 from testbed import progress
-from testbed.cachedir import state_root
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.nodes import node_object
-from testbed.clusters.layout import Layout, check_size
-from testbed.processes import alive, terminate
+from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
-from testbed.toolchain.versions import release_for
 
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl")
 READY_TIMEOUT = 180.0
@@ -92,7 +92,7 @@ class KwokCluster(Cluster):
     def create(self, spec: ClusterSpec, force: bool = False) -> Path:
         if spec.layout is None:
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
-        launch.check_layout(spec.layout)
+        check_layout(spec.layout)
         check_size(spec.layout, "kwok", MAX_NODES, MAX_GPUS, spec.allow_large)
         release = release_for(spec.k8s)
         if self.exists():

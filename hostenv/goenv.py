@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from testbed.cachedir import cache_root
+from hostenv.dirs import cache_root
 
 
 class GoMissingError(RuntimeError):

@@ -1,4 +1,4 @@
-"""Test-bed side of the KWOK publisher: check a layout before anything starts, start and stop the process.
+"""Test-bed side of the KWOK publisher: start and stop the process.
 
 This module may read the catalog (it stands where a cluster admin writes a MIG config); the publisher's
 driver half never does.
@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from fake_gpus.catalog import Board, get_board
-from testbed.clusters.layout import Layout, LayoutError
-from testbed.processes import terminate
+from fake_gpus.catalog import Board
+from hostenv.processes import terminate
 
 PID_FILE = "publisher.pid"
 READY_FILE = "publisher.ready"
@@ -28,20 +27,6 @@ def usable_layouts(board: Board) -> dict[str, dict[str, int]]:
     """Named MIG layouts of `board` whose every profile NVML answers for (all facts known)."""
     complete = {p.name for p in board.gpu_instance_profiles if p.complete}
     return {name: dict(layout) for name, layout in board.mig_layouts.items() if set(layout) <= complete}
-
-
-def check_layout(layout: Layout) -> None:
-    """Refuse, before anything starts, a board or MIG layout the driver cannot serve (LayoutError, one line)."""
-    for node in layout.nodes:
-        board = get_board(node.board)
-        if node.mode.kind != "static-mig":
-            continue
-        name = node.mode.mig_layout
-        usable = usable_layouts(board)
-        if name not in usable:
-            problem = "uses MIG profiles whose facts are unknown" if name in board.mig_layouts else "is unknown"
-            raise LayoutError(f"node {node.name}: MIG layout {name!r} of {board.key} {problem}; "
-                              f"valid layouts: {', '.join(usable) or 'none'}")
 
 
 def mig_layout_table() -> dict[str, dict[str, dict[str, int]]]:
@@ -63,7 +48,7 @@ def spawn_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = N
     environment = {**os.environ, **(env or {})}
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), environment.get("PYTHONPATH", "")) if p)
     with open(home / LOG_FILE, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fake_gpus.driver.publisher", "--config", str(home / "publisher.json")],
+        proc = subprocess.Popen([sys.executable, "-m", "fake_gpus.machine.kwok_publisher", "--config", str(home / "publisher.json")],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
                                 start_new_session=True)  # a Ctrl-C of `up` must not reach it half-way
     (home / PID_FILE).write_text(f"{proc.pid}\n")

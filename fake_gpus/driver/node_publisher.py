@@ -5,7 +5,7 @@ account token (which names the node, so the ValidatingAdmissionPolicy can hold i
 It reuses the driver's Publisher for the NVML -> slices half only: the state directory is the node's
 (mounted by the test bed), so nothing here creates hardware.
 
-    python3 -m testbed.images.node_publisher --node-name NODE --state-dir DIR [--kubeconfig in-cluster]
+    python3 -m fake_gpus.driver.node_publisher --node-name NODE --state-dir DIR [--kubeconfig in-cluster]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m testbed.images.node_publisher", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m fake_gpus.driver.node_publisher", description=__doc__.splitlines()[0])
     parser.add_argument("--node-name", required=True)
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--nvml-lib-dir", required=True, type=Path)

@@ -1,0 +1,57 @@
+"""The KWOK publisher process: every simulated node's hardware and our driver's slices, in one process.
+
+`python -m fake_gpus.machine.kwok_publisher --config FILE`. KWOK nodes have no kubelet, so one process
+on the host plays both parts: the machine (fake_gpus.machine.provision makes each labelled node's state
+directory, OS views and static MIG layout) and the driver (fake_gpus.driver.publisher reads every GPU
+through NVML only and publishes the slices). SIGTERM ends it.
+
+Config (JSON): {"kubeconfig", "state_root", "ready_file", "mig_layouts": {board: {layout: {profile: count}}}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
+from fake_gpus.driver.faults import active_faults
+from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.driver.publisher import Publisher, connect, preload_api_modules
+from fake_gpus.driver.slices import api_limits, server_minor
+from fake_gpus.machine.provision import provision_node
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fake_gpus.machine.kwok_publisher", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, type=Path, help="publisher config (JSON)")
+    args = parser.parse_args(argv)
+    cfg = json.loads(args.config.read_text())
+    from fake_gpus.nvml.build import SONAME, ensure_library  # the fake library stands in for the real one
+
+    nvml = NvmlLibrary(ensure_library() / SONAME)
+    preload_api_modules()
+    api, version = connect(Path(cfg["kubeconfig"]))
+    limits = api_limits(server_minor(version))
+    publisher = Publisher(api, nvml, Path(cfg["state_root"]), cfg.get("mig_layouts", {}), current_identity(),
+                          active_faults(), limits, make_node=provision_node)
+    signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: publisher.stop.set())
+    try:
+        publisher.run(Path(cfg["ready_file"]) if cfg.get("ready_file") else None)
+    except Exception as exc:  # noqa: BLE001 - start-up failures end the process with one line
+        body = getattr(exc, "body", None)
+        detail = f"{exc.status} {json.loads(body).get('message', '')}" if isinstance(exc, ApiException) and body else str(exc)
+        print(f"publisher: error: {type(exc).__name__}: {detail}".splitlines()[0], file=sys.stderr, flush=True)
+        return 1
+    finally:
+        publisher.pool.shutdown(wait=False, cancel_futures=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
