@@ -63,3 +63,15 @@ def test_counters_sit_where_the_served_version_wants_them(shape_bed: TestBed) ->
             assert any(s.spec.shared_counters for s in members) and any(s.spec.devices for s in members)
             # as NVIDIA's driver: the counter sets of all GPUs in one slice, then one slice of devices per GPU
             assert len(members) == node.count + 1
+
+
+def test_blackwell_dynamic_pools_offer_every_profile_and_placement(shape_bed: TestBed) -> None:
+    """B200 and GB200 in dynamic MIG: every catalog profile x placement (3g/4g/7g included) published per GPU, accepted."""
+    boards = {b.key: b for b in all_boards()}
+    for node in (n for n in shape_bed.layout.nodes if n.mode.kind == "dynamic-mig" and n.board in ("b200-180gb", "gb200-186gb")):
+        devices = [d for s in shape_bed.resource.list_resource_slice().items if s.spec.pool.name == node.name
+                   for d in s.spec.devices or []]
+        profiles = {d.attributes["profile"].string for d in devices if "profile" in d.attributes}
+        board = boards[node.board]
+        assert profiles == {p.name for p in board.gpu_instance_profiles}, node.name
+        assert len(devices) == node.count * (1 + sum(len(p.placements) for p in board.gpu_instance_profiles)), node.name
