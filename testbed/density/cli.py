@@ -13,8 +13,7 @@ DEFAULT_MODES = "whole,static-mig:all-balanced,dynamic-mig"
 
 def parse_modes(text: str, fleet):
     """The modes of `--modes`, each checked against every board of the fleet (LayoutError, one line)."""
-    from fake_gpus.machine import launch
-    from testbed.clusters.layout import LayoutError, parse_mode
+    from testbed.clusters.layout import LayoutError, check_layout, parse_mode
     from testbed.density.replay import fleet_in_mode
 
     names = [m.strip() for m in text.split(",") if m.strip()]
@@ -24,7 +23,7 @@ def parse_modes(text: str, fleet):
     if len(set(map(str, modes))) != len(modes):
         raise LayoutError(f"--modes {text}: a mode is named twice")
     for mode in modes:
-        launch.check_layout(fleet_in_mode(fleet, mode))
+        check_layout(fleet_in_mode(fleet, mode))
     return modes
 
 
