@@ -60,3 +60,19 @@ def fuzz(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "suites/robustness/test_fuzz_inputs.py", "-q", "-s", "-p", "no:cacheprovider",
                 *session.posargs, env={"DRA_TESTBED_FUZZ_EXAMPLES": os.environ.get("DRA_TESTBED_FUZZ_EXAMPLES", "2000"),
                                        "DRA_TESTBED_FUZZ_RANDOM": "1"})
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The conformance suite: the full fault matrix on KWOK, then the suite's report for our driver.
+
+    With arguments after `--`, runs `dra-testbed conformance` with them instead (e.g. `-- --kubeconfig
+    FILE --driver gpu.nvidia.com --report DIR`)."""
+    _prepare(session)
+    if session.posargs:
+        session.run("dra-testbed", "conformance", *session.posargs)
+        return
+    session.run("python", "-m", "pytest", "suites/conformance", "-q", "-ra", "--k8s", K8S,
+                env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "conformance-report/matrix"})
+    session.run("dra-testbed", "conformance", "--backend", "kwok", "--k8s", K8S, "--driver", "gpu.nvidia.com",
+                "--report", "conformance-report/gpu.nvidia.com-kwok", success_codes=[0, 3])

@@ -27,7 +27,7 @@ from hypothesis import settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 
 import suites.properties.conftest as props  # noqa: E402  (registers the profiles)
-from suites.properties.machine import allocation_machine  # noqa: E402
+from testbed.workloads.machine import allocation_machine  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
 from testbed.clusters.kwok import KwokCluster  # noqa: E402
 from testbed.workloads.bundle import layout_yaml  # noqa: E402

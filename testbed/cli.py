@@ -218,11 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.cli_try import register as register_try
     from testbed.clusters.kind.image_cli import register as register_images
     from testbed.density.cli import register as register_density
+    from testbed.conformance.command import register as register_conformance
 
     register_fake_nvml(sub)
     register_images(sub)
     register_try(sub, _minor)
     register_density(sub)
+    register_conformance(sub)
     return parser
 
 
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `dra-testbed`."""
     from fake_gpus.catalog import CatalogError
     from testbed.clusters.base import ClusterError
-    from testbed.errors import UnknownNameError
+    from testbed.errors import BadInputError, UnknownNameError
     from testbed.clusters.layout import LayoutError
     from testbed.toolchain.resolve import ToolchainError
     from hostenv.versions import UnknownVersionError
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupts.install()  # SIGTERM and SIGHUP unwind through every cleanup, as Ctrl-C does
     try:
         return int(args.func(args) or 0)
-    except (UsageError, LayoutError, CatalogError, UnknownVersionError, UnknownNameError) as exc:
+    except (UsageError, LayoutError, CatalogError, UnknownVersionError, UnknownNameError, BadInputError) as exc:
         return _fail(str(exc))
     except (ClusterError, ToolchainError, HostDepsMissing, DockerError, ImageBuildError, RootfsError) as exc:
         return _fail(str(exc), 1)

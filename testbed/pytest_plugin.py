@@ -15,26 +15,13 @@ import pytest
 from kubernetes import client
 
 from hostenv.versions import DEFAULT_MINOR
+from testbed.apiviews import ApiViews
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
 from testbed.namespaces import create_namespace
 
 DEFAULT_LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"
-
-
-class ApiViews:
-    """The typed API groups the suites use, over an `api` client attribute."""
-
-    api: client.ApiClient
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def resource(self) -> client.ResourceV1Api:
-        return client.ResourceV1Api(self.api)
 
 
 @dataclass

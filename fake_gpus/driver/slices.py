@@ -10,6 +10,7 @@ pkg/apis/resource/validation of each release).
 from __future__ import annotations
 
 import functools
+import uuid as uuid_module
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -105,13 +106,13 @@ def server_minor(version_info) -> str:
 # --------------------------------------------------------------------------- devices
 
 
-def _attributes(gpu: Gpu, inv: NodeInventory, driver: str) -> dict:
+def _attributes(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> dict:
     """Product attributes every device of this GPU carries (NVIDIA's names)."""
     major, minor = gpu.cuda_compute_capability
     attributes = {
         "productName": {"string": gpu.product_name},
         "brand": {"string": gpu.brand},
-        "architecture": {"string": gpu.architecture},
+        ("arch" if "renamed-attribute" in faults else "architecture"): {"string": gpu.architecture},
         "cudaComputeCapability": {"version": f"{major}.{minor}.0"},
         "driverVersion": {"version": semver(inv.driver_version)},
         "cudaDriverVersion": {"version": cuda_version(inv.cuda_driver_version)},
@@ -130,7 +131,7 @@ def whole_gpu_device(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozense
     memory = gpu.memory_mib * (2 if "wrong-memory" in faults else 1)
     return {
         "name": gpu_device_name(gpu.minor),
-        "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}, **_attributes(gpu, inv, driver)},
+        "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}, **_attributes(gpu, inv, driver, faults)},
         "capacity": {"memory": {"value": mebibytes(memory)}},
     }
 
@@ -161,14 +162,19 @@ def _quantity(capacity: str, value: int) -> str:
 
 
 def mig_device(gpu: Gpu, inv: NodeInventory, driver: str, profile: MigProfile, placement: Placement,
-               uuid: str | None = None) -> dict:
+               uuid: str | None = None, faults: frozenset[str] = frozenset()) -> dict:
     """A MIG device of `profile` at `placement`; `uuid` only for a MIG device that exists."""
-    attributes = {"type": {"string": "mig"}, "parentUUID": {"string": gpu.uuid}, "profile": {"string": profile.name}}
+    name = mig_device_name(gpu.minor, profile.name, profile.id, placement.start)
+    parent = f"GPU-{uuid_module.uuid5(uuid_module.NAMESPACE_URL, gpu.uuid + name)}" if "parent-uuid-unstable" in faults and not uuid else gpu.uuid
+    shown = f"MIG {profile.name}" if "mig-profile-names" in faults else profile.name
+    attributes = {"type": {"string": "mig"}, "parentUUID": {"string": parent}, "profile": {"string": shown}}
     if uuid:
         attributes["uuid"] = {"string": uuid}
+        if "oversized-attribute" in faults:
+            attributes["placement"] = {"string": f"{profile.name} at memory slices {placement.start}..{placement.start + placement.size - 1} of {gpu.uuid}"}
     return {
-        "name": mig_device_name(gpu.minor, profile.name, profile.id, placement.start),
-        "attributes": {**attributes, **_attributes(gpu, inv, driver)},
+        "name": name,
+        "attributes": {**attributes, **_attributes(gpu, inv, driver, faults)},
         "capacity": {k: {"value": _quantity(k, v)} for k, v in _profile_values(profile).items()},
     }
 
@@ -242,7 +248,7 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
             slices = placement.slices
             if "short-placement" in faults:
                 slices = range(placement.start, placement.start + placement.size - 1)
-            device = mig_device(gpu, inv, driver, profile, placement)
+            device = mig_device(gpu, inv, driver, profile, placement, faults=faults)
             device["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                            "counters": _counters(_profile_values(profile), slices)}]
             devices.append(device)
@@ -259,7 +265,7 @@ def live_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[st
         profile = gpu.profile_by_id(mig.profile_id)
         if profile is None:
             continue  # NVML does not answer for its profile (unknown facts): nothing true to publish
-        device = mig_device(gpu, inv, driver, profile, mig.placement, uuid=mig.uuid)
+        device = mig_device(gpu, inv, driver, profile, mig.placement, uuid=mig.uuid, faults=faults)
         # NVIDIA's driver offers a live MIG device's memory slices as capacities memorySlice<N> = 1
         device["capacity"].update({f"memorySlice{i}": {"value": "1"} for i in mig.placement.slices})
         devices.append(device)
@@ -378,15 +384,15 @@ def build_slices(node: str, inv: NodeInventory, mode: DriverMode, limits: ApiLim
     if not parts:
         parts = [_Slice()]  # an empty pool still says so: one slice without devices
     metadata_base: dict = {"labels": dict(MANAGED_BY)}
-    if node_uid:
+    if node_uid and "slices-outlive-node" not in faults:
         # owned by the Node, so the garbage collector removes the slices with it even without us
         metadata_base["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
     bodies = []
     for index, part in enumerate(parts):
         spec: dict = {
             "driver": identity.driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": generation, "resourceSliceCount": len(parts)},
+            "nodeName": f"{node}-elsewhere" if "wrong-node" in faults and mode.kind == "static-mig" else node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": len(parts) + ("pool-count-wrong" in faults)},
         }
         if part.counter_sets:
             spec["sharedCounters"] = part.counter_sets

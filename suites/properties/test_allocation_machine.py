@@ -6,7 +6,7 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 from suites.properties.conftest import bundle_dir
-from suites.properties.machine import allocation_machine
+from testbed.workloads.machine import allocation_machine
 from testbed.workloads.upstream import all_in_later_alternative_works
 
 pytestmark = pytest.mark.cluster

@@ -18,7 +18,7 @@ from hypothesis import Phase, given, settings
 from fake_gpus.driver.faults import FAULTS_ENV, fault_env
 from fake_gpus.driver.identity import current_identity
 from suites.properties.conftest import FAULT_LAYOUT, bring_up
-from suites.properties.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases
+from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases
 from testbed.workloads.runner import PropertyFailure
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

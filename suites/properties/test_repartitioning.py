@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from suites.properties.conftest import bundle_dir
-from suites.properties.machine import allocation_machine
+from testbed.workloads.machine import allocation_machine
 from testbed.workloads.upstream import all_in_later_alternative_works
-from suites.properties.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
+from testbed.workloads.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
 from suites.properties.conftest import bundle_dir
-from suites.properties.scenarios import memory_selector, memory_selector_cases
+from testbed.workloads.scenarios import memory_selector, memory_selector_cases
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
 from testbed.workloads.runner import Runner
 from testbed.workloads.strategies import gpu_atoms, selectors

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from fake_gpus.driver.identity import DriverIdentity, current_identity
 from testbed.workloads.devices import Inventory
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
 from testbed.workloads.runner import Runner
@@ -38,11 +39,12 @@ def partition_churn_cases(draw, nodes: dict[str, str], max_pods: int = 5) -> tup
     return node, pods, list(order)
 
 
-def partition_churn(api, layout_yaml: str, bundle: Path, case: tuple[str, list[PodSpec], list[int]], context: dict | None = None) -> dict:
+def partition_churn(api, layout_yaml: str, bundle: Path, case: tuple[str, list[PodSpec], list[int]], context: dict | None = None,
+                    identity: DriverIdentity | None = None) -> dict:
     """Partitions arrive (sound, complete, first feasible alternative), all leave, and the GPU is whole
     again: counters back to zero and every GPU allocatable as a full GPU."""
     node, pods, order = case
-    runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {})).open()
+    runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}), identity=identity or current_identity()).open()
     try:
         for pod in pods:
             runner.arrive(pod)
@@ -62,11 +64,11 @@ def memory_selector_cases(memories: list[int]) -> st.SearchStrategy:
 
 
 def memory_selector(api, layout_yaml: str, bundle: Path, case: tuple[MemoryCompare, bool], gpu_class: str,
-                    context: dict | None = None) -> dict:
+                    context: dict | None = None, identity: DriverIdentity | None = None) -> dict:
     """One pod whose claim selects whole GPUs by memory (one of them, or All): the allocation must satisfy
     the selector on the published facts and on the board's real facts."""
     selector, all_devices = case
-    runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {})).open()
+    runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}), identity=identity or current_identity()).open()
     try:
         claim = ClaimSpec((Request("r0", (SubRequest("r0", gpu_class, (selector,), all_devices=all_devices),)),))
         runner.arrive(PodSpec("p0", (PodClaim("t0", template=claim),)))

@@ -1,4 +1,4 @@
-"""The arrivals-and-departures state machine, parameterised by the cluster it runs on."""
+"""The arrivals-and-departures state machine, parameterised by the cluster (and driver name) it runs on."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
 
+from fake_gpus.driver.identity import DriverIdentity, current_identity
 from testbed.workloads.model import SharedClaim
 from testbed.workloads.runner import Runner
 from testbed.workloads.strategies import claim_specs, pod_specs
@@ -16,7 +17,7 @@ MAX_LIVE_PODS = 6
 
 def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, ...] = (), mig_percent: int = 17,
                        context: dict | None = None, stats: dict[str, int] | None = None,
-                       all_in_fallback: bool = True) -> type[RuleBasedStateMachine]:
+                       all_in_fallback: bool = True, identity: DriverIdentity | None = None) -> type[RuleBasedStateMachine]:
     """A state machine class whose every example runs in a namespace of its own on `api`'s cluster.
 
     Every rule is checked as it runs (the runner raises PropertyFailure): soundness after each step,
@@ -29,7 +30,8 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
 
         def __init__(self) -> None:
             super().__init__()
-            self.runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {})).open()
+            self.runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}),
+                                 identity=identity or current_identity()).open()
             self.made = 0
 
         def _name(self, prefix: str) -> str:

@@ -1,0 +1,44 @@
+"""The conformance meta-suite: the fault matrix on KWOK beds of its own (one per fault switch).
+
+$DRA_TESTBED_CONFORMANCE_MATRIX=full runs every fault of the table (`nox -s conformance`); otherwise
+a short subset runs (`nox -s tests`). The rendered matrix is written to
+$DRA_TESTBED_CONFORMANCE_OUT (default .dra-testbed/conformance) as fault-matrix.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+MATRIX_ENV = "DRA_TESTBED_CONFORMANCE_MATRIX"
+OUT_ENV = "DRA_TESTBED_CONFORMANCE_OUT"
+# the subset inside `nox -s tests`: no fault, a counters fault and a life-cycle fault
+SMOKE = ("none", "short-placement", "restart-churn")
+
+
+def matrix_faults() -> list[str]:
+    from testbed.conformance.faultmatrix import NO_FAULT, faults
+
+    if os.environ.get(MATRIX_ENV) == "full":
+        return [NO_FAULT, *faults()]
+    return list(SMOKE)
+
+
+@pytest.fixture(scope="session")
+def matrix_out() -> Path:
+    path = Path(os.environ.get(OUT_ENV) or ".dra-testbed/conformance")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def observed(matrix_out: Path):
+    """Outcomes per fault run, filled by the tests; rendered as the matrix at the end of the session."""
+    from testbed.conformance.faultmatrix import render
+
+    runs: dict = {}
+    yield runs
+    if runs:
+        (matrix_out / "fault-matrix.md").write_text(render(runs))

@@ -1,0 +1,44 @@
+"""The check table is complete and consistent: every check bites under some fault, every fault exists."""
+
+from __future__ import annotations
+
+from fake_gpus.driver.faults import FAULTS
+from testbed.conformance.checks import API_SIDE, CHECKS, MUST, PROFILES, SHOULD, select
+from testbed.conformance.faultmatrix import expected_failures, faults, runnable
+from testbed.conformance.run import PROBES
+
+
+def test_every_check_is_well_formed() -> None:
+    ids = [c.id for c in CHECKS]
+    assert len(ids) == len(set(ids))
+    for c in CHECKS:
+        assert c.level in (MUST, SHOULD), c.id
+        assert c.requirement.endswith(".") and "\n" not in c.requirement, c.id
+        assert c.sources and c.backends and c.profiles and set(c.profiles) <= set(PROFILES), c.id
+
+
+def test_every_check_names_faults_that_exist_and_bite() -> None:
+    for c in CHECKS:
+        assert c.faults, f"{c.id} names no fault that proves it bites"
+        assert set(c.faults) <= FAULTS.keys(), f"{c.id}: unknown faults {set(c.faults) - FAULTS.keys()}"
+
+
+def test_every_api_side_check_has_a_probe() -> None:
+    for c in CHECKS:
+        if set(c.backends) & set(API_SIDE) - {"kind", "existing"}:
+            assert c.id in PROBES, f"{c.id} runs on KWOK but has no probe"
+
+
+def test_matrix_comes_from_the_table() -> None:
+    kwok = runnable("kwok")
+    assert {f for c in kwok for f in c.faults} == set(faults("kwok"))
+    for fault in faults("kwok"):
+        assert expected_failures(fault) == {c.id for c in kwok if fault in c.faults}
+    assert expected_failures("none") == set()
+
+
+def test_profiles_select_subsets() -> None:
+    everything = {c.id for c in select("all")}
+    assert everything == {c.id for c in CHECKS}
+    assert {c.id for p in PROFILES for c in select(p)} == everything
+    assert "partitions.full-device-consumes-all" not in {c.id for c in select("gpu")}

@@ -1,0 +1,25 @@
+"""Bad input to `dra-testbed conformance`: one line naming what is wrong and what is valid, exit 2, nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--driver", "gpu.nvidia.com", "--faults", "nope"], "unknown fault 'nope'; valid: "),
+    (["--driver", "gpu.nvidia.com", "--kubeconfig", "/dev/null", "--backend", "kwok"], "give either --kubeconfig FILE"),
+    (["--driver", "gpu.nvidia.com", "--kubeconfig", "/nonexistent"], "no kubeconfig at /nonexistent"),
+    (["--driver", "gpu.nvidia.com", "--profile", "tpu"], "invalid choice: 'tpu'"),
+    (["--profile", "gpu"], "the following arguments are required: --driver"),
+    (["--driver", "gpu.nvidia.com", "--driver-binary", "/nonexistent"], "no driver binary at /nonexistent"),
+])
+def test_bad_input_is_one_line_exit_2(args: list[str], expected: str, tmp_path) -> None:
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "conformance", "--report", str(tmp_path / "r"), *args],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], run.stderr
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,135 @@
+"""The conformance checks as data: what each requires, where that comes from, where it runs, what bites it.
+
+A check's `faults` are the fault switches of our driver (fake_gpus/driver/faults.py) under which the
+check must fail; the fault matrix (`faultmatrix.py`) is generated from this table, and a meta-test
+runs the suite under each switch and asserts that exactly the checks naming it fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+MUST, SHOULD = "MUST", "SHOULD"
+PROFILES = ("gpu", "mig", "dynamic-mig")
+KWOK, KIND, EXISTING = "kwok", "kind", "existing"
+API_SIDE = (KWOK, KIND, EXISTING)
+NODE_SIDE = (KIND, EXISTING)
+
+# Sources, spelled once.
+KEP_4381 = "KEP-4381 structured parameters (ResourceSlice pools, generation, resourceSliceCount)"
+VALIDATION = "k8s.io/kubernetes pkg/apis/resource/validation (limits of the served resource.k8s.io version)"
+KEP_4815 = "KEP-4815 partitionable devices (sharedCounters, consumesCounters)"
+KEP_4816 = "KEP-4816 prioritized list (firstAvailable)"
+E2E_DRA = "kubernetes test/e2e/dra"
+NVIDIA_NAMES = "NVIDIA dra-driver-nvidia-gpu published names (DeviceClasses, attributes, capacities)"
+NVIDIA_MIG = "NVIDIA MIG user guide: supported MIG profiles"
+CNCF = "CNCF AI conformance: accelerators/dra_support"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One requirement a DRA GPU driver must (or should) meet, as observed through the API or NVML in a pod."""
+
+    id: str
+    level: str
+    requirement: str
+    sources: tuple[str, ...]
+    backends: tuple[str, ...]
+    profiles: tuple[str, ...]
+    faults: tuple[str, ...]  # our driver's switches under which this check must fail
+    needs: tuple[str, ...] = ()  # subject capabilities beyond the API: "restart-driver", "node-control"
+
+
+CHECKS: tuple[Check, ...] = (
+    # --------------------------------------------------------------------- slices
+    Check("slices.served-api", MUST,
+          "Every node the driver serves has ResourceSlices, accepted by the served resource.k8s.io version and within its limits.",
+          (VALIDATION, CNCF), API_SIDE, PROFILES, ("oversized-attribute",)),
+    Check("slices.pools-consistent", MUST,
+          "Each pool's newest generation holds exactly resourceSliceCount slices, all agreeing on that count, with unique device names.",
+          (KEP_4381,), API_SIDE, PROFILES, ("pool-count-wrong",)),
+    Check("slices.node-local", MUST,
+          "Node-local slices name an existing node, and each node's devices are published on that node.",
+          (KEP_4381, E2E_DRA), API_SIDE, PROFILES, ("wrong-node",)),
+    Check("slices.removed-with-node", MUST,
+          "A GPU node that joins gets its slices, and its slices are removed when the node is deleted.",
+          (KEP_4381, E2E_DRA), (KWOK,), ("gpu",), ("slices-outlive-node",), ("node-control",)),
+    Check("slices.stable-restart", SHOULD,
+          "A driver restart with nothing changed keeps every slice's name, pool generation and content.",
+          (KEP_4381, E2E_DRA), (KWOK, KIND), PROFILES, ("restart-churn", "oversized-attribute"), ("restart-driver",)),
+    Check("partitions.within-counter-set", MUST,
+          "Every device consumes only counters of a counter set in its pool, within its values, and a MIG device exactly its profile's memory slices.",
+          (KEP_4815, NVIDIA_MIG), API_SIDE, ("dynamic-mig",), ("short-placement",)),
+    Check("partitions.full-device-consumes-all", MUST,
+          "The full-GPU device of each counter set consumes every counter of that set, all of it.",
+          (KEP_4815,), API_SIDE, ("dynamic-mig",), ("oversized-counters",)),
+    # --------------------------------------------------------------------- NVIDIA names
+    Check("names.device-classes", MUST,
+          "DeviceClasses gpu.nvidia.com and mig.nvidia.com exist and select only whole GPUs and only MIG devices.",
+          (NVIDIA_NAMES,), API_SIDE, ("gpu", "mig"), ("class-selects-all",)),
+    Check("names.attributes", MUST,
+          "Devices carry NVIDIA's attribute and capacity names with NVIDIA's value types.",
+          (NVIDIA_NAMES,), API_SIDE, PROFILES, ("renamed-attribute",)),
+    Check("names.mig-profiles", MUST,
+          "MIG devices name their profile as NVIDIA's tables do for the product, with that profile's memory and multiprocessors.",
+          (NVIDIA_MIG, NVIDIA_NAMES), API_SIDE, ("mig", "dynamic-mig"), ("mig-profile-names",)),
+    Check("names.gpu-memory", MUST,
+          "A whole GPU's memory capacity is its product's memory as NVML reports it for that product.",
+          (NVIDIA_NAMES,), API_SIDE, ("gpu",), ("wrong-memory",)),
+    # --------------------------------------------------------------------- scheduling on the driver's slices
+    Check("sched.exact", MUST,
+          "Exactly claims for one and for two GPUs by product and memory get matching devices of the requested node; too many stay pending.",
+          (E2E_DRA, CNCF), API_SIDE, ("gpu",), ("wrong-memory",)),
+    Check("sched.first-available", MUST,
+          "A firstAvailable claim gets its first subrequest that the node can satisfy.",
+          (KEP_4816, E2E_DRA), API_SIDE, ("gpu",), ("wrong-memory",)),
+    Check("sched.all", MUST,
+          "A claim with allocationMode All gets every matching device of the node.",
+          (KEP_4381, E2E_DRA), API_SIDE, ("gpu",), ("pool-count-wrong",)),
+    Check("sched.match-attribute", MUST,
+          "Two MIG requests constrained by matchAttribute parentUUID land on one GPU.",
+          (KEP_4381, E2E_DRA), API_SIDE, ("dynamic-mig",), ("parent-uuid-unstable",)),
+    Check("sched.partitions", MUST,
+          "A partition consumes its share of the GPU: the full GPU and conflicting partitions wait, and get it once the partition is freed.",
+          (KEP_4815, E2E_DRA), API_SIDE, ("dynamic-mig",), ("oversized-counters",)),
+    Check("sched.generated", MUST,
+          "Generated workloads on the driver's slices allocate as the reference model says: sound, complete, fallback in order, freed on departure.",
+          (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
+          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong")),
+    # --------------------------------------------------------------------- node side (kubelet plugin)
+    Check("node.prepare-unprepare", MUST,
+          "A pod with a claim starts once the claim is prepared, and its devices are unprepared when it is gone.",
+          (E2E_DRA, CNCF), NODE_SIDE, PROFILES, ("prepare-fails", "prepare-hangs", "unprepare-leaks")),
+    Check("node.container-sees-its-devices", MUST,
+          "A container sees through NVML exactly the devices allocated to its claims, with the published attributes and capacities.",
+          (E2E_DRA, NVIDIA_NAMES), NODE_SIDE, PROFILES, ("cdi-wrong-device",)),
+    Check("node.shared-claim", MUST,
+          "Two pods sharing one claim both run and see the same device.",
+          (E2E_DRA,), NODE_SIDE, ("gpu",), ("cdi-wrong-device",)),
+    Check("node.force-delete-unprepare", MUST,
+          "A force-deleted pod's claim is unprepared and its devices become allocatable again.",
+          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("unprepare-leaks",)),
+    Check("node.prepare-retried", MUST,
+          "A prepare that failed is retried and the pod starts once it succeeds.",
+          (E2E_DRA,), NODE_SIDE, PROFILES, ("prepare-fails",)),
+    Check("node.plugin-restart", MUST,
+          "A kubelet plugin restart with claims prepared keeps running pods and prepares new ones.",
+          (E2E_DRA,), NODE_SIDE, PROFILES, ("prepare-hangs",), ("restart-driver",)),
+)
+
+BY_ID = {c.id: c for c in CHECKS}
+
+
+def select(profile: str) -> list[Check]:
+    """The checks of a profile (`all`: every check), in table order."""
+    if profile == "all":
+        return list(CHECKS)
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}, all")
+    return [c for c in CHECKS if profile in c.profiles]
+
+
+def faults_of(checks: Iterable[Check]) -> list[str]:
+    """Every fault some check of `checks` is tied to, sorted."""
+    return sorted({f for c in checks for f in c.faults})

@@ -1,0 +1,58 @@
+"""The fault matrix, generated from the check table: per fault switch of our driver, the checks that must fail.
+
+`run_fault` brings up a KWOK bed with one switch on and runs every check KWOK can run; `render`
+lays expected and observed verdicts out as a check x fault table (markdown), for the report and CI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from testbed.conformance.checks import CHECKS, KWOK, Check
+from testbed.conformance.outcome import Outcome
+
+NO_FAULT = "none"
+
+
+def runnable(backend: str = KWOK) -> list[Check]:
+    """Checks the backend can run (with a test bed of the suite's own: every capability)."""
+    return [c for c in CHECKS if backend in c.backends]
+
+
+def faults(backend: str = KWOK) -> list[str]:
+    """Every fault tied to a check the backend can run, sorted."""
+    return sorted({f for c in runnable(backend) for f in c.faults})
+
+
+def expected_failures(fault: str, backend: str = KWOK) -> set[str]:
+    """The checks that must fail with `fault` on (none for NO_FAULT)."""
+    return {c.id for c in runnable(backend) if fault in c.faults}
+
+
+def run_fault(fault: str, layout, k8s: str, root: Path, driver: str = "gpu.nvidia.com") -> list[Outcome]:
+    """Every KWOK-runnable check on a fresh KWOK bed with `fault` on (NO_FAULT: none)."""
+    from fake_gpus.driver.faults import fault_env
+    from testbed.conformance.beds import kwok_bed
+    from testbed.conformance.run import run_checks
+
+    env = {} if fault == NO_FAULT else fault_env([fault])
+    with kwok_bed(layout, k8s, driver, env) as (subject, _):
+        return run_checks(runnable(KWOK), subject, root)
+
+
+def render(observed: Mapping[str, Sequence[Outcome]], backend: str = KWOK) -> str:
+    """Markdown: one row per check, one column per fault run; `FAIL` where it failed, `pass`, `-` not run;
+    a `!` marks a cell that differs from the table's expectation."""
+    columns = list(observed)
+    lines = ["| check | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for check in runnable(backend):
+        cells = []
+        for fault in columns:
+            verdict = next((o.verdict for o in observed[fault] if o.id == check.id), "-")
+            shown = {"fail": "FAIL", "pass": "pass", "not-run": "-", "error": "ERROR"}.get(verdict, verdict)
+            expected_fail = fault in check.faults
+            wrong = (verdict == "fail") != expected_fail or verdict == "error"
+            cells.append(f"{shown}{' !' if wrong else ''}")
+        lines.append(f"| {check.id} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""Generated workloads on the driver's own slices, checked step by step against the reference model.
+
+The arrivals-and-departures machine of suites/properties (testbed/workloads/machine.py) runs on the
+subject's cluster, then partition churn on its partitionable GPUs and memory selectors on its whole
+GPUs. Every allocation is checked against the oracle over the published slices and against the
+products' real facts (testbed/workloads/truth.py). Hypothesis runs derandomized with no example
+database, so a run is repeatable and its seed is recorded in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from fake_gpus.driver.identity import DriverIdentity
+from testbed.conformance.outcome import CheckFailed, Evidence
+from testbed.conformance.subject import Subject
+from testbed.workloads.bundle import layout_from_nodes, layout_yaml
+from testbed.workloads.machine import allocation_machine
+from testbed.workloads.runner import PropertyFailure
+from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases, partitionable_nodes
+from testbed.workloads.devices import Inventory
+from testbed.workloads.truth import board_of
+
+BUDGET_ENV = "DRA_TESTBED_CONFORMANCE_EXAMPLES"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Examples per property; the default keeps the check near a minute on 2 cores."""
+
+    machine: int = 3
+    steps: int = 5
+    churn: int = 6
+    memory: int = 4
+
+    @classmethod
+    def from_env(cls) -> Budget:
+        scale = int(os.environ.get(BUDGET_ENV, "1") or 1)
+        return cls(3 * scale, 5, 6 * scale, 4 * scale)
+
+
+def _settings(examples: int, steps: int | None = None) -> settings:
+    extra = {"stateful_step_count": steps} if steps else {}
+    return settings(max_examples=examples, derandomize=True, database=None, deadline=None, print_blob=False,
+                    phases=(Phase.explicit, Phase.generate), **extra,  # no shrinking: the failure is the finding
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                                           HealthCheck.function_scoped_fixture])
+
+
+def generated(subject: Subject, evidence: Evidence) -> None:
+    identity = DriverIdentity(subject.driver)
+    budget = Budget.from_env()
+    layout = layout_yaml(subject.layout) if subject.layout else layout_yaml(layout_from_nodes(subject.core))
+    bundles = Path(tempfile.mkdtemp(prefix="conformance-bundle-"))
+    stats: dict[str, int] = {}
+    ran: list[str] = []
+    try:
+        machine = allocation_machine(subject.api, layout, bundles / "machine", stats=stats, identity=identity)
+        ran.append(f"machine x{budget.machine} ({budget.steps} steps)")
+        run_state_machine_as_test(machine, settings=_settings(budget.machine, budget.steps))
+
+        nodes = partitionable_nodes(subject.api)
+        if nodes:
+            @_settings(budget.churn)
+            @given(case=partition_churn_cases(nodes))
+            def churn(case):
+                partition_churn(subject.api, layout, bundles / "churn", case, identity=identity)
+            ran.append(f"partition churn x{budget.churn} on {sorted(nodes)}")
+            churn()
+
+        inventory = Inventory.from_slices(subject.slices())
+        memories = sorted({b.memory_mib for d in inventory.devices.values()
+                           if d.attribute("type") == "gpu" and not d.consumes and (b := board_of(d))})
+        if memories:
+            @_settings(budget.memory)
+            @given(case=memory_selector_cases(memories))
+            def memory(case):
+                memory_selector(subject.api, layout, bundles / "memory", case, identity.gpu_class, identity=identity)
+            ran.append(f"memory selectors x{budget.memory} over {memories} MiB")
+            memory()
+    except PropertyFailure as failure:
+        evidence.write("violations.txt", str(failure))
+        bundle = failure.bundle
+        if bundle and Path(bundle).is_dir():
+            for f in sorted(Path(bundle).iterdir()):
+                if f.is_file():
+                    evidence.write(f"bundle/{f.name}", f.read_text())
+        first = failure.violations[0] if failure.violations else None
+        raise CheckFailed(f"after {', '.join(ran)}: [{first.property}] {first.message}" if first else str(failure)) from None
+    except AssertionError as exc:  # e.g. DeviceClasses the model cannot stand for
+        raise CheckFailed(f"after {', '.join(ran)}: {str(exc).splitlines()[0]}") from None
+    finally:
+        evidence.write("runs.json", {"ran": ran, "stats": stats, "seed": "derandomized (Hypothesis derandomize=True, no database)",
+                                     "budget": budget.__dict__})

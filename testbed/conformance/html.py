@@ -1,0 +1,62 @@
+"""report.html: one self-contained page - the verdict, the table of checks, each failure with its evidence, plots."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+
+from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, Outcome
+from testbed.conformance.verdict import verdict
+
+COLOURS = {PASS: "#2e7d32", FAIL: "#c62828", ERROR: "#6a1b9a", NOT_RUN: "#9e9e9e"}
+EVIDENCE_PREVIEW = 4000  # characters of each evidence file shown inline
+
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def duration_plot(outcomes: Sequence[Outcome]) -> str:
+    """Seconds per check, coloured by verdict, as a base64 PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display on CI machines
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(outcomes) + 1))
+    try:
+        ax.barh([o.id for o in outcomes], [o.duration for o in outcomes], color=[COLOURS[o.verdict] for o in outcomes])
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds")
+        ax.set_title("duration per check (colour: verdict)")
+        return _png(fig)
+    finally:
+        plt.close(fig)
+
+
+def _evidence(directory: Path, outcome: Outcome) -> list[dict]:
+    shown = []
+    for name in outcome.evidence:
+        try:
+            text = (directory / name).read_text(errors="replace")
+        except OSError:
+            continue
+        shown.append({"name": name, "text": text[:EVIDENCE_PREVIEW], "cut": len(text) > EVIDENCE_PREVIEW})
+    return shown
+
+
+def render_html(directory: Path, outcomes: Sequence[Outcome], info) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent.parent / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    failures = [{"outcome": o, "evidence": _evidence(directory, o)} for o in outcomes if o.verdict in (FAIL, ERROR)]
+    return env.get_template("conformance.html.j2").render(
+        verdict=verdict(outcomes), outcomes=outcomes, failures=failures, info=info, colours=COLOURS,
+        counts={v: sum(o.verdict == v for o in outcomes) for v in (PASS, FAIL, ERROR, NOT_RUN)},
+        plot=duration_plot(outcomes) if outcomes else None, seeds=json.dumps(info.seeds, sort_keys=True))

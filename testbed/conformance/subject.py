@@ -1,0 +1,106 @@
+"""The subject under test: a cluster, the driver's name, and what the backend lets the suite do to it.
+
+Probes see the cluster only through its Kubernetes API. Two capabilities go beyond the API and exist
+only where the suite owns the cluster: `restart-driver` (stop and start the driver, nothing else
+changed) and `node-control` (add and delete a GPU node). Against an existing cluster neither exists,
+so the checks needing them are `not-run` there: the suite changes nothing beyond its own namespace.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kubernetes import client
+
+from fake_gpus.driver.identity import DriverIdentity
+from testbed.apiviews import ApiViews
+from testbed.clusters.layout import Layout, NodeSpec
+from testbed.namespaces import create_namespace
+
+NAMESPACE_LABEL = "dra-testbed.io/conformance"
+
+
+@dataclass
+class Subject(ApiViews):
+    """One cluster and driver under test."""
+
+    api: client.ApiClient
+    driver: str
+    backend: str  # kwok | kind | existing
+    layout: Layout | None = None  # the GPU nodes expected, when known
+    restart_driver: Callable[[], None] | None = None
+    add_node: Callable[[NodeSpec], None] | None = None
+    namespaces: list[str] = field(default_factory=list)
+
+    @property
+    def identity(self) -> DriverIdentity:
+        """The driver's name and the DeviceClass names NVIDIA's scheme derives from it."""
+        return DriverIdentity(self.driver)
+
+    @property
+    def gpu_class(self) -> str:
+        return self.identity.gpu_class
+
+    @property
+    def mig_class(self) -> str:
+        return self.identity.mig_class
+
+    def capabilities(self) -> set[str]:
+        caps = set()
+        if self.restart_driver:
+            caps.add("restart-driver")
+        if self.add_node:
+            caps.add("node-control")
+        return caps
+
+    def slices(self) -> list[dict]:
+        """Every ResourceSlice of the driver, in API dict form (camelCase)."""
+        serialize = self.api.sanitize_for_serialization
+        return [serialize(s) for s in self.resource.list_resource_slice().items if s.spec.driver == self.driver]
+
+    def expected_nodes(self) -> dict[str, NodeSpec]:
+        """GPU nodes the layout promises, by name; empty when no layout is known."""
+        if self.layout is None:
+            return {}
+        return {n.name: n for n in self.layout.nodes}
+
+    def namespace(self) -> str:
+        """A fresh namespace of the suite's own (deleted by `close`)."""
+        name = f"conf-{uuid.uuid4().hex[:8]}"
+        create_namespace(self.core, name, {NAMESPACE_LABEL: "true"})
+        self.namespaces.append(name)
+        return name
+
+    def drop_namespace(self, name: str, timeout: float = 60.0) -> None:
+        """Delete the namespace's pods and claims, wait until the claims are gone (devices free), then it."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+            self.resource.delete_collection_namespaced_resource_claim(name)
+            deadline = time.monotonic() + timeout
+            while self.resource.list_namespaced_resource_claim(name).items and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        if name in self.namespaces:
+            self.namespaces.remove(name)
+
+    def close(self) -> None:
+        for name in list(self.namespaces):
+            self.drop_namespace(name)
+
+
+def write_json(path: Path, data) -> Path:
+    """Evidence as pretty JSON; returns the path."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    return path
