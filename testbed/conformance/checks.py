@@ -2,7 +2,9 @@
 
 A check's `faults` are the fault switches of our driver (fake_gpus/driver/faults.py) under which the
 check must fail; the fault matrix (`faultmatrix.py`) is generated from this table, and a meta-test
-runs the suite under each switch and asserts that exactly the checks naming it fail.
+runs the suite under each switch and asserts that exactly the checks naming it fail. A fault may
+break several promises at once (a node published elsewhere is also a node not published); each such
+extra tie carries a comment saying why.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ class Check:
 
 CHECKS: tuple[Check, ...] = (
     # --------------------------------------------------------------------- slices
+    # wrong-node: the static-MIG node's own pool is missing
     Check("slices.served-api", MUST,
           "Every node the driver serves has ResourceSlices, accepted by the served resource.k8s.io version and within its limits.",
-          (VALIDATION, CNCF), API_SIDE, PROFILES, ("oversized-attribute",)),
+          (VALIDATION, CNCF), API_SIDE, PROFILES, ("oversized-attribute", "wrong-node")),
     Check("slices.pools-consistent", MUST,
           "Each pool's newest generation holds exactly resourceSliceCount slices, all agreeing on that count, with unique device names.",
           (KEP_4381,), API_SIDE, PROFILES, ("pool-count-wrong",)),
@@ -55,9 +58,10 @@ CHECKS: tuple[Check, ...] = (
     Check("slices.removed-with-node", MUST,
           "A GPU node that joins gets its slices, and its slices are removed when the node is deleted.",
           (KEP_4381, E2E_DRA), (KWOK,), ("gpu",), ("slices-outlive-node",), ("node-control",)),
+    # oversized-attribute, wrong-node: our publisher does not come back when a pool cannot be written or found
     Check("slices.stable-restart", SHOULD,
           "A driver restart with nothing changed keeps every slice's name, pool generation and content.",
-          (KEP_4381, E2E_DRA), (KWOK, KIND), PROFILES, ("restart-churn", "oversized-attribute"), ("restart-driver",)),
+          (KEP_4381, E2E_DRA), (KWOK, KIND), PROFILES, ("restart-churn", "oversized-attribute", "wrong-node"), ("restart-driver",)),
     Check("partitions.within-counter-set", MUST,
           "Every device consumes only counters of a counter set in its pool, within its values, and a MIG device exactly its profile's memory slices.",
           (KEP_4815, NVIDIA_MIG), API_SIDE, ("dynamic-mig",), ("short-placement",)),
@@ -93,10 +97,12 @@ CHECKS: tuple[Check, ...] = (
     Check("sched.partitions", MUST,
           "A partition consumes its share of the GPU: the full GPU and conflicting partitions wait, and get it once the partition is freed.",
           (KEP_4815, E2E_DRA), API_SIDE, ("dynamic-mig",), ("oversized-counters",)),
+    # pool-count-wrong: the scheduler leaves incomplete pools alone where the model does not;
+    # renamed-attribute: generated selectors on `architecture` error in the scheduler
     Check("sched.generated", MUST,
           "Generated workloads on the driver's slices allocate as the reference model says: sound, complete, fallback in order, freed on departure.",
           (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
-          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong")),
+          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute")),
     # --------------------------------------------------------------------- node side (kubelet plugin)
     Check("node.prepare-unprepare", MUST,
           "A pod with a claim starts once the claim is prepared, and its devices are unprepared when it is gone.",

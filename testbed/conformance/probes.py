@@ -1,7 +1,5 @@
-"""Probe pods: one claim (from a template) per pod, applied and waited on until the scheduler decides.
-
-Kept minimal on purpose: the shared "apply, settle, explain" module (testbed/outcomes, issue `try`)
-replaces the settle part once it lands.
+"""Probe pods: one claim (from a template) per pod, applied and settled with the shared "apply, settle,
+explain" module (testbed/outcomes: Applier, settle), then read back as the scheduler left them.
 """
 
 from __future__ import annotations
@@ -13,7 +11,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from testbed.conformance.subject import Subject
-from testbed.waiting import wait_for
+from testbed.outcomes.manifests import Applier, Manifest
+from testbed.outcomes.settle import settle as settle_pods
+from testbed.waiting import WaitTimeout, wait_for
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 SETTLE_TIMEOUT = 60.0
@@ -58,20 +58,20 @@ class Probe:
 
 def start(subject: Subject, namespace: str, requests: list[dict], node: str | None = None,
           constraints: list[dict] | None = None) -> str:
-    """Create a claim template and a pod using it (pinned to `node` when given); returns the pod name."""
+    """Apply a claim template and a pod using it (pinned to `node` when given); returns the pod name."""
     suffix = uuid.uuid4().hex[:6]
     devices: dict = {"requests": requests}
     if constraints:
         devices["constraints"] = constraints
-    subject.resource.create_namespaced_resource_claim_template(namespace, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": f"t-{suffix}"},
-        "spec": {"spec": {"devices": devices}}})
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": f"t-{suffix}"},
+                "spec": {"spec": {"devices": devices}}}
     spec: dict = {"containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
                   "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": f"t-{suffix}"}],
                   "terminationGracePeriodSeconds": 0}
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    subject.core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{suffix}"}, "spec": spec})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{suffix}"}, "spec": spec}
+    Applier(subject.api, namespace).apply([Manifest(f"conformance probe {suffix}", template), Manifest(f"conformance probe {suffix}", pod)])
     return f"p-{suffix}"
 
 
@@ -97,9 +97,11 @@ def observe(subject: Subject, namespace: str, pod_name: str) -> Probe:
 
 
 def settle(subject: Subject, namespace: str, pod_name: str, timeout: float = SETTLE_TIMEOUT) -> Probe:
-    """Wait until the scheduler placed the pod or marked it unschedulable; the probe as then."""
-    wait_for(subject.core.list_namespaced_pod, lambda p: bool(p.spec.node_name) or _unschedulable(p),
-             namespace=namespace, name=pod_name, timeout=timeout, what=f"pod {pod_name} scheduled or unschedulable")
+    """Wait until the scheduler placed every pod of the namespace or refused it as it stands; the probe then."""
+    pods = len(subject.core.list_namespaced_pod(namespace).items)
+    snapshot = settle_pods(subject.api, [namespace], expected_pods=pods, timeout=timeout)
+    if not snapshot.settled:
+        raise WaitTimeout(f"pods of {namespace} not settled after {timeout:.0f}s: {[p['metadata']['name'] for p in snapshot.undecided()]}")
     if subject.core.read_namespaced_pod(pod_name, namespace).spec.node_name:
         # the allocation is written before the binding; the claim status is there once the pod is bound
         wait_for(subject.core.list_namespaced_pod, lambda p: bool(p.status.resource_claim_statuses),
