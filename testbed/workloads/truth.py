@@ -52,6 +52,10 @@ def true_device(device: Device) -> Device:
     if device.attribute("type") == "mig":
         profile = _profile(board, device)
         mib = profile.memory_mib if profile else None
+    elif device.consumes:
+        # a partitionable full GPU holds what the full-GPU MIG profile holds (NVIDIA's driver states that memory)
+        full = [p.memory_mib for p in board.gpu_instance_profiles if p.memory_slices == board.memory_slices and p.memory_mib]
+        mib = max(full) if full else board.memory_mib
     else:
         mib = board.memory_mib
     if mib is None:
