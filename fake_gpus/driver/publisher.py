@@ -12,6 +12,7 @@ nodes labelled dra-testbed.io/driver other than "ours" are another driver's (lef
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os

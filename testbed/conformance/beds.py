@@ -55,7 +55,7 @@ def _add_node(api: client.ApiClient, node: NodeSpec) -> None:
 @contextmanager
 def kwok_bed(layout: Layout, k8s: str, driver: str, env: dict[str, str] | None = None, keep: bool = False) -> Iterator[tuple[Subject, Path]]:
     """A fresh KWOK cluster running our driver (with `env`: fault switches) and the layout's GPU nodes."""
-    from fake_gpus.driver import launch
+    from fake_gpus.machine import launch
 
     name = f"conf-{uuid.uuid4().hex[:6]}"
     cluster = cluster_for("kwok", name)

@@ -30,7 +30,7 @@ class ConformanceUsageError(BadInputError):
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `conformance` to the `dra-testbed` command."""
     from testbed.cli import BACKENDS, _minor
-    from testbed.toolchain.versions import DEFAULT_MINOR
+    from hostenv.versions import DEFAULT_MINOR
 
     p = sub.add_parser("conformance", help="run the DRA GPU driver conformance suite and write its report (exit 0: every MUST passed)")
     p.add_argument("--kubeconfig", help="run against this existing cluster (changes nothing beyond a namespace of its own)")
