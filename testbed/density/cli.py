@@ -45,10 +45,13 @@ def cmd_density(args: argparse.Namespace) -> int:
     except TraceError as exc:
         print(f"dra-testbed: error: {exc}", file=sys.stderr)
         return 2
-    runs = [run_mode(trace, fleet, mode, args.k8s, args.window, args.name) for mode in modes]
-    doc = document(trace, fleet.name, sum(n.count for n in fleet.nodes), args.k8s, args.window, runs)
+    runs = []
+    for mode in modes:
+        runs.append(run_mode(trace, fleet, mode, args.k8s, args.window, args.name))
+        # written after every mode, so a mode that fails later (a cluster that does not come up) loses only itself
+        doc = document(trace, fleet.name, sum(n.count for n in fleet.nodes), args.k8s, args.window, runs)
+        page = write_report(doc, Path(args.report))
     print_table(doc, Console(width=200))
-    page = write_report(doc, Path(args.report))
     print(page)
     return 0
 
