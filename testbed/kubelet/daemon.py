@@ -1,0 +1,143 @@
+"""The stand-in kubelet as a process: one StandInKubelet per KWOK node, driven by a watch on Pods.
+
+For each pod bound to one of its nodes and using ResourceClaims it prepares the claims (as the kubelet
+does before starting containers) and then marks the pod with PREPARED_ANNOTATION; a failed prepare
+gives the pod a Warning event `FailedPrepareDynamicResources` with the plugin's message (the kubelet's
+reason) and is retried with exponential backoff (1 s doubling to 30 s). A pod that is deleted or
+finishes has its claims unprepared (kept until no pod of the node uses them). A plugin that is not up
+yet is registered as soon as its registration socket answers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from testbed.kubelet.standin import PrepareError, StandInKubelet
+
+PREPARED_ANNOTATION = "dra-testbed.io/claims-prepared"
+FAILED_REASON = "FailedPrepareDynamicResources"  # the kubelet's event reason for a failed prepare
+BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
+
+
+@dataclass
+class _PodState:
+    backoff: float = BACKOFF_START
+    next_try: float = 0.0
+    prepared: bool = False
+
+
+@dataclass
+class KubeletDaemon:
+    api: client.ApiClient
+    kubelets: dict[str, StandInKubelet]  # node -> its stand-in
+    stop: threading.Event = field(default_factory=threading.Event)
+    pods: dict[str, _PodState] = field(default_factory=dict)  # namespace/name -> state
+    registered: set[str] = field(default_factory=set)
+
+    def _register(self) -> None:
+        for node, kubelet in self.kubelets.items():
+            if node in self.registered and not (kubelet.registry_dir / f"{kubelet.driver}-reg.sock").exists():
+                self.registered.discard(node)  # its plugin stopped
+                kubelet.close()
+            if node in self.registered:
+                continue
+            if not (kubelet.registry_dir / f"{kubelet.driver}-reg.sock").exists():
+                continue
+            try:
+                kubelet.register()
+                self.registered.add(node)
+            except Exception:  # noqa: BLE001 - the plugin is still starting; try again next round
+                kubelet.close()
+
+    def _event(self, pod, message: str) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        body = {"metadata": {"generateName": f"{pod.metadata.name}."},
+                "involvedObject": {"kind": "Pod", "namespace": pod.metadata.namespace, "name": pod.metadata.name,
+                                   "uid": pod.metadata.uid, "apiVersion": "v1"},
+                "reason": FAILED_REASON, "message": message, "type": "Warning",
+                "source": {"component": "kubelet", "host": pod.spec.node_name},
+                "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1}
+        try:
+            client.CoreV1Api(self.api).create_namespaced_event(pod.metadata.namespace, body)
+        except ApiException:
+            pass  # an event is best effort, as in the kubelet
+
+    def handle(self, pod) -> None:
+        """One pod as seen now: prepare, retry, or unprepare."""
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        node = pod.spec.node_name
+        kubelet = self.kubelets.get(node or "")
+        if kubelet is None or not pod.spec.resource_claims:
+            return
+        finished = pod.metadata.deletion_timestamp is not None or (pod.status and pod.status.phase in ("Succeeded", "Failed"))
+        state = self.pods.setdefault(key, _PodState())
+        if finished:
+            self.gone(key)
+            return
+        if state.prepared or time.monotonic() < state.next_try:
+            return
+        try:
+            if node not in self.registered:  # the kubelet's words when the plugin has not registered
+                raise PrepareError(f"failed to prepare dynamic resources: DRA driver {kubelet.driver} is not registered")
+            kubelet.prepare_pod(self.api, pod)
+        except (PrepareError, Exception) as exc:  # noqa: BLE001 - any failure is the pod's event and a retry
+            if not (kubelet.registry_dir / f"{kubelet.driver}-reg.sock").exists():
+                self.registered.discard(node)  # the plugin went away: register it again when it is back
+                kubelet.close()
+            self._event(pod, str(exc))
+            state.next_try = time.monotonic() + state.backoff
+            state.backoff = min(state.backoff * 2, BACKOFF_MAX)
+            return
+        state.prepared = True
+        client.CoreV1Api(self.api).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                       {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
+
+    def gone(self, key: str) -> None:
+        state = self.pods.pop(key, None)
+        if state is None or not state.prepared:
+            return
+        for kubelet in self.kubelets.values():
+            try:
+                kubelet.unprepare_pod(key)
+            except Exception:  # noqa: BLE001 - retried by the next resync of the node's claims
+                pass
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        while not self.stop.is_set():
+            self._register()
+            listing = core.list_pod_for_all_namespaces()
+            seen = set()
+            for pod in listing.items:
+                seen.add(f"{pod.metadata.namespace}/{pod.metadata.name}")
+                self.handle(pod)
+            for key in [k for k in self.pods if k not in seen]:
+                self.gone(key)
+            w = watch.Watch()
+            try:  # a short watch, then a relist: retries and registrations are due at least that often
+                for event in w.stream(core.list_pod_for_all_namespaces, resource_version=listing.metadata.resource_version,
+                                      timeout_seconds=1):
+                    pod = event["object"]
+                    key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+                    if event["type"] == "DELETED":
+                        self.gone(key)
+                    else:
+                        self.handle(pod)
+                    if self.stop.is_set():
+                        break
+            except ApiException:
+                time.sleep(0.5)
+            finally:
+                w.stop()
+
+
+def daemon_for(api: client.ApiClient, nodes: dict[str, Path], driver: str, minor: str = "1.34") -> KubeletDaemon:
+    """A daemon for `nodes` (node name -> its plugin registry directory)."""
+    return KubeletDaemon(api, {n: StandInKubelet(n, driver, d, minor) for n, d in nodes.items()})
