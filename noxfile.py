@@ -31,9 +31,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it."""
+    """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it; ends with
+    a table of what was proved and writes reports/e2e/junit.xml and reports/e2e/report.html."""
     _prepare(session)
-    session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, *session.posargs)
+    session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, "-p", "testbed.proofs",
+                "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
+                "--proof-title", f"end-to-end on the default test bed (Kubernetes {K8S})", *session.posargs)
 
 
 TRACE_DIR = os.environ.get("DRA_TESTBED_TRACE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "alibaba-gpu-v2023"))

@@ -36,14 +36,17 @@ class RunResult:
                 "seconds": round(self.seconds, 2), "ok": self.ok, "pods": [p.as_dict() for p in self.pods]}
 
 
-def run_manifests(api: client.ApiClient, manifests: list[Manifest], *, fleet: str, minor: str,
+def run_manifests(api: client.ApiClient, manifests: list[Manifest], *, fleet: str, minor: str | None = None,
                   timeout: float = 120.0, keep: bool = False) -> RunResult:
     """Check every manifest (dry run), apply them, wait until scheduling settles, explain every pod.
 
     Objects without a namespace go to a fresh namespace of the run; everything the run created is
     removed afterwards unless `keep`. ManifestError when the apiserver refuses a manifest (nothing created).
+    `minor` (whose CEL compiler evaluates the selectors) defaults to the server's.
     """
     core = client.CoreV1Api(api)
+    version = client.VersionApi(api).get_code()
+    minor = minor or f"{version.major}.{version.minor.rstrip('+')}"
     namespace = f"try-{uuid.uuid4().hex[:8]}"
     create_namespace(core, namespace, {RUN_LABEL: "true"})
     applier = Applier(api, namespace)
@@ -55,8 +58,7 @@ def run_manifests(api: client.ApiClient, manifests: list[Manifest], *, fleet: st
         snapshot = settle(api, applied.namespaces, expected_pods(manifests), timeout=timeout)
         claims = dynamic.DynamicClient(api).resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim").get().to_dict()["items"]
         view = Fleet.read(api, minor)
-        server = client.VersionApi(api).get_code().git_version
-        return RunResult(fleet, minor, server, explain(snapshot, view, claims), snapshot.settled, snapshot.seconds)
+        return RunResult(fleet, minor, version.git_version, explain(snapshot, view, claims), snapshot.settled, snapshot.seconds)
     finally:
         if not keep:
             applier.remove(applied)

@@ -1,0 +1,55 @@
+"""clusters/examples on the default test bed (mixed H100/B200, whole GPUs), through the shared apply/settle/explain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.outcomes.manifests import load
+from testbed.outcomes.run import run_manifests
+from testbed.pytest_plugin import TestBed
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "clusters" / "examples"
+
+# file -> pod -> the board it must land on ("" for pending); whole-GPU examples only (the bed has no MIG)
+EXPECTED = {
+    "whole-gpu-by-memory.yaml": {"train-70gi": "h100-80gb", "train-100gi": "b200-180gb"},
+    "shared-claim.yaml": {"producer": "*", "consumer": "*"},
+    "deployment.yaml": {"serving": "h100-80gb"},
+    "legacy-nvidia-gpu.yaml": {"legacy-cuda": "*"},
+    "cannot-schedule.yaml": {"too-big": ""},
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXPECTED))
+def test_example(example: str, testbed: TestBed, record_property) -> None:
+    result = run_manifests(testbed.api, load([EXAMPLES / example]), fleet="mixed-h100-b200")
+    assert result.settled
+    landed = []
+    for pod in result.pods:
+        wanted = EXPECTED[example][pod.owner.split("/")[-1] if pod.owner else pod.name]
+        if wanted == "":
+            assert pod.verdict == "pending" and pod.may_pend and pod.scheduler and pod.reasons, pod
+            landed.append(f"{pod.name}: pending ({pod.reasons[0].rsplit('; ', 1)[-1]})")
+            continue
+        assert pod.verdict == "scheduled", (pod.name, pod.scheduler, pod.reasons)
+        assert wanted in ("*", pod.board), (pod.name, pod.board)
+        landed.append(f"{pod.name}: {pod.node} {','.join(a.device for a in pod.allocations)}")
+    assert result.ok
+    claims = [m.body for m in load([EXAMPLES / example]) if m.kind in ("ResourceClaimTemplate", "ResourceClaim")]
+    record_property("claim", "; ".join(_asked(c) for c in claims) or "nvidia.com/gpu: 1 (device-plugin style)")
+    record_property("landed", "; ".join(landed))
+
+
+def _asked(claim: dict) -> str:
+    spec = claim["spec"].get("spec", claim["spec"])
+    requests = []
+    for request in spec["devices"]["requests"]:
+        exactly = request.get("exactly") or {}
+        selectors = [s["cel"]["expression"] for s in exactly.get("selectors") or []]
+        requests.append(f"{claim['metadata']['name']}: {exactly.get('deviceClassName', '?')}"
+                        + (f" where {' && '.join(selectors)}" if selectors else ""))
+    return ", ".join(requests)
