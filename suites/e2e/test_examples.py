@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+import re
+
 from testbed.outcomes.manifests import load
+from testbed.outcomes.render import labels
 from testbed.outcomes.run import run_manifests
 from testbed.pytest_plugin import TestBed
 
@@ -29,15 +32,16 @@ def test_example(example: str, testbed: TestBed, record_property) -> None:
     result = run_manifests(testbed.api, load([EXAMPLES / example]), fleet="mixed-h100-b200")
     assert result.settled
     landed = []
+    names = labels(result)
     for pod in result.pods:
         wanted = EXPECTED[example][pod.owner.split("/")[-1] if pod.owner else pod.name]
         if wanted == "":
             assert pod.verdict == "pending" and pod.may_pend and pod.scheduler and pod.reasons, pod
-            landed.append(f"{pod.name}: pending ({pod.reasons[0].rsplit('; ', 1)[-1]})")
+            landed.append(f"{names[id(pod)]}: pending ({pod.reasons[0].rsplit('; ', 1)[-1]})")
             continue
         assert pod.verdict == "scheduled", (pod.name, pod.scheduler, pod.reasons)
         assert wanted in ("*", pod.board), (pod.name, pod.board)
-        landed.append(f"{pod.name}: {pod.node} {','.join(a.device for a in pod.allocations)}")
+        landed.append(f"{names[id(pod)]}: {pod.node} {','.join(a.device for a in pod.allocations)}")
     assert result.ok
     claims = [m.body for m in load([EXAMPLES / example]) if m.kind in ("ResourceClaimTemplate", "ResourceClaim")]
     record_property("claim", "; ".join(_asked(c) for c in claims) or "nvidia.com/gpu: 1 (device-plugin style)")
@@ -51,5 +55,11 @@ def _asked(claim: dict) -> str:
         exactly = request.get("exactly") or {}
         selectors = [s["cel"]["expression"] for s in exactly.get("selectors") or []]
         requests.append(f"{claim['metadata']['name']}: {exactly.get('deviceClassName', '?')}"
-                        + (f" where {' && '.join(selectors)}" if selectors else ""))
+                        + (f" where {' && '.join(map(_short, selectors))}" if selectors else ""))
     return ", ".join(requests)
+
+
+def _short(expression: str) -> str:
+    """`device.capacity['d'].memory.compareTo(quantity('70Gi')) >= 0` as `memory >= 70Gi`, for the table."""
+    expression = re.sub(r"device\.capacity\['[^']+'\]\.(\w+)\.compareTo\(quantity\('([^']+)'\)\) (\S+) 0", r"\1 \3 \2", expression)
+    return re.sub(r"device\.attributes\['[^']+'\]\.(\w+)", r"\1", expression)
