@@ -17,9 +17,9 @@ pytestmark = pytest.mark.cluster
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "clusters" / "examples"
 
-# file -> pod -> the board it must land on ("" for pending); whole-GPU examples only (the bed has no MIG)
+# file -> pod (or workload) -> the board it must land on ("*": any, "" for pending); whole-GPU examples only (the bed has no MIG)
 EXPECTED = {
-    "whole-gpu-by-memory.yaml": {"train-70gi": "h100-80gb", "train-100gi": "b200-180gb"},
+    "whole-gpu-by-memory.yaml": {"train-70gi": "*", "train-100gi": "b200-180gb"},  # 70Gi: an H100 or a B200
     "shared-claim.yaml": {"producer": "*", "consumer": "*"},
     "deployment.yaml": {"serving": "h100-80gb"},
     "legacy-nvidia-gpu.yaml": {"legacy-cuda": "*"},
