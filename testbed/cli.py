@@ -12,11 +12,11 @@ from pathlib import Path
 from hostenv.versions import DEFAULT_MINOR, RELEASES
 from testbed import interrupts
 from testbed.clusters.base import DEFAULT_NAME, ClusterSpec
+from testbed.clusters.registry import BACKENDS
 
 EXIT_USAGE = 2
 # names become directories, kwokctl/kind cluster names and Docker container names
 _CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-BACKENDS = ("kwok", "kind")
 
 
 class UsageError(ValueError):
@@ -69,8 +69,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.layout and args.node:
         raise UsageError("give either --layout FILE or --node flags, not both")
     layout = load_layout(args.layout) if args.layout else from_flags(args.node or [])
+    from testbed.clusters.driver import parse_driver
+
+    driver = parse_driver(args.driver, args.driver_name)
     spec = ClusterSpec(name=args.name, k8s=args.k8s, layout=layout, apiserver_port=args.port, binaries=dict(args.binary or []),
-                       allow_large=args.allow_large)
+                       allow_large=args.allow_large, driver=driver)
     kubeconfig = _cluster(args.backend, args.name).create(spec, force=args.force)
     print(kubeconfig)
     return 0
@@ -153,7 +156,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not bundle.is_dir():
         raise UsageError(f"no replay bundle at {bundle}: expected a directory with layout.yaml and steps.json")
     try:
-        return replay(bundle, k8s=args.k8s, keep=args.keep_cluster, kubeconfig=args.kubeconfig)
+        return replay(bundle, k8s=args.k8s, keep=args.keep_cluster, kubeconfig=args.kubeconfig, backend=args.backend)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -176,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--allow-large", action="store_true",
                     help="allow more nodes or GPUs than the backend's sane bound (kwok 256 nodes/1024 GPUs, kind 8/32)")
     up.add_argument("--binary", action="append", type=_binary_override, metavar="NAME=PATH", help="use this binary")
+    up.add_argument("--driver", default="ours", metavar="ours|binary:PATH|image:REF",
+                    help="the DRA driver on the GPU nodes (default: ours, the fake-GPU driver)")
+    up.add_argument("--driver-name", help="DRA driver name its ResourceSlices carry (default: gpu.nvidia.com)")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="tear a cluster down, leaving nothing behind")
@@ -194,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run a failing property bundle on a fresh cluster (exit 1 if it still fails)")
     replay.add_argument("bundle", help="bundle directory written by a failing property (see suites/properties)")
     replay.add_argument("--k8s", type=_minor, default=None, help="Kubernetes minor (default: the bundle's, else the default)")
-    replay.add_argument("--kubeconfig", help="replay on this existing cluster instead of a fresh KWOK one")
+    replay.add_argument("--backend", choices=BACKENDS, default=None, help="backend of the fresh cluster (default: the bundle's, else kwok)")
+    replay.add_argument("--kubeconfig", help="replay on this existing cluster instead of a fresh one")
     replay.add_argument("--keep-cluster", action="store_true", help="leave the fresh cluster running afterwards")
     replay.set_defaults(func=cmd_replay)
 

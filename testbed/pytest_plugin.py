@@ -1,12 +1,15 @@
 """pytest fixtures for suites that need a live test bed: setup, assess, teardown.
 
 Options: --backend, --k8s, --layout, --cluster-name; --kubeconfig to use an existing cluster;
---keep-cluster to leave it running afterwards; --reuse-cluster to use a running one of that name.
+--keep-cluster to leave it running afterwards; --reuse-cluster to use a running one of that name (refused,
+in one line, when it was brought up with another minor, layout or driver). Every suite brings its clusters
+up through the `bed` factory, `bed(layout, driver, env)`, which honours all of these.
 """
 
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -16,7 +19,8 @@ from kubernetes import client
 
 from hostenv.versions import DEFAULT_MINOR
 from testbed.apiviews import ApiViews
-from testbed.clusters.base import ClusterSpec
+from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, spec_mismatch
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
 from testbed.namespaces import create_namespace
@@ -34,6 +38,62 @@ class TestBed(ApiViews):
     kubeconfig: Path
     api: client.ApiClient
     layout: Layout | None
+    cluster: Cluster | None = None
+
+
+class BedFactory:
+    """`bed(layout, driver, env)`: a context manager bringing up a cluster of `layout` running `driver`
+    (ours by default) with `env` added to the driver's environment (fault switches), yielding a TestBed.
+
+    The cluster is torn down afterwards unless --keep-cluster; with --keep-cluster or --reuse-cluster its
+    name is `label` (default: the layout's name), so a later run can find it, else `label` plus a random
+    suffix, so that runs at the same time never meet. --reuse-cluster uses a running cluster of that name
+    whose recorded spec matches and refuses one whose spec differs.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.opts = config.option
+
+    @contextmanager
+    def __call__(self, layout: Layout | None, driver: DriverSpec | None = None, env: dict[str, str] | None = None, *,
+                 label: str | None = None, name: str | None = None, backend: str | None = None, k8s: str | None = None,
+                 attempts: int = 1) -> Iterator[TestBed]:
+        opts = self.opts
+        keep, reuse = bool(opts.keep_cluster), bool(opts.reuse_cluster)
+        label = label or (layout.name if layout else "bed")
+        name = name or (label if keep or reuse else f"{label}-{uuid.uuid4().hex[:6]}")
+        backend = backend or opts.backend
+        spec = ClusterSpec(name=name, k8s=k8s or opts.k8s, layout=layout, driver=(driver or DriverSpec()).with_env(env or {}))
+        cluster = cluster_for(backend, name)
+        reused = reuse and cluster.status().running
+        if reused:
+            mismatch = spec_mismatch(cluster.saved_spec(), spec)
+            if mismatch:
+                pytest.fail(f"--reuse-cluster: the running {backend} cluster {name!r} does not match this test bed: {mismatch}; "
+                                   f"take it down (`dra-testbed down --backend {backend} --name {name}`) or leave out --reuse-cluster", pytrace=False)
+            kubeconfig = cluster.kubeconfig()
+        else:
+            kubeconfig = _create(cluster, spec, attempts)
+        api = cluster.api_client()
+        try:
+            yield TestBed(name, kubeconfig, api, layout, cluster)
+        finally:
+            api.close()
+            if not (keep or reused):
+                cluster.delete()
+
+
+def _create(cluster: Cluster, spec: ClusterSpec, attempts: int) -> Path:
+    """create(), tried `attempts` times: a loaded machine has been seen to leave a KWOK node un-Ready although
+    the apiserver was up; create() removes a partial cluster itself."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return cluster.create(spec, force=True)
+        except ClusterError as exc:
+            if attempt == attempts:
+                raise
+            print(f"test bed: retrying {cluster.backend} cluster {cluster.name} after: {exc}")
+    raise AssertionError("unreachable")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,7 +115,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
+def bed(request: pytest.FixtureRequest) -> BedFactory:
+    """The test-bed factory: `with bed(layout, driver, env) as tb: ...` (see BedFactory)."""
+    return BedFactory(request.config)
+
+
+@pytest.fixture(scope="session")
+def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed]:
     """The session's cluster: brought up once (setup), shared by tests, torn down at the end."""
     opts = request.config.option
     layout = load_layout(opts.layout) if opts.layout else None
@@ -66,20 +132,8 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
         yield TestBed("existing", kubeconfig, api, layout)
         api.close()
         return
-    cluster = cluster_for(opts.backend, opts.cluster_name)
-    reused = opts.reuse_cluster and cluster.status().running
-    if reused:
-        kubeconfig = cluster.kubeconfig()
-    else:
-        spec = ClusterSpec(name=opts.cluster_name, k8s=opts.k8s, layout=layout)
-        kubeconfig = cluster.create(spec, force=True)
-    api = cluster.api_client()
-    try:
-        yield TestBed(opts.cluster_name, kubeconfig, api, layout)
-    finally:
-        api.close()
-        if not (opts.keep_cluster or reused):
-            cluster.delete()
+    with bed(layout, name=opts.cluster_name) as session_bed:
+        yield session_bed
 
 
 @pytest.fixture

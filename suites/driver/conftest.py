@@ -1,4 +1,4 @@
-"""Fixtures for the driver suite: KWOK clusters of our own (names `drv-...`), always torn down."""
+"""Fixtures for the driver suite: KWOK clusters of our own (names `drv-...`), torn down unless --keep-cluster."""
 
 from __future__ import annotations
 
@@ -9,30 +9,19 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from testbed.clusters.base import ClusterSpec
-from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, parse_node_flag
 from testbed.namespaces import create_namespace
-from testbed.pytest_plugin import TestBed
+from testbed.pytest_plugin import BedFactory, TestBed
 
 
 @contextmanager
-def driver_cluster(minor: str, nodes: list[str], env: dict[str, str] | None = None) -> Iterator[TestBed]:
-    """A KWOK cluster of `minor` with `--node`-style `nodes`; `env` reaches the publisher (fault switches)."""
-    name = f"drv-{uuid.uuid4().hex[:8]}"
-    cluster = KwokCluster(name)
-    layout = Layout(tuple(parse_node_flag(n) for n in nodes), name=name)
-    try:
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout, driver_env=dict(env or {})))
-    except BaseException:
-        cluster.delete()
-        raise
-    api = cluster.api_client()
-    try:
-        yield TestBed(name, kubeconfig, api, layout)
-    finally:
-        api.close()
-        cluster.delete()
+def driver_cluster(bed: BedFactory, label: str, nodes: list[str], env: dict[str, str] | None = None,
+                   minor: str | None = None) -> Iterator[TestBed]:
+    """A KWOK cluster (its publisher's files are what these tests inspect) of `minor` (default: --k8s) with
+    `--node`-style `nodes`; `env` reaches the publisher (fault switches)."""
+    layout = Layout(tuple(parse_node_flag(n) for n in nodes), name=f"drv-{label}")
+    with bed(layout, env=env, backend="kwok", k8s=minor) as testbed:
+        yield testbed
 
 
 # The scheduling cluster: whole GPUs of two products, a static MIG node, dynamic H100 nodes.
@@ -47,9 +36,9 @@ SCHEDULING_NODES = [
 
 
 @pytest.fixture(scope="session")
-def scheduling_bed() -> Iterator[TestBed]:
-    with driver_cluster("1.34", SCHEDULING_NODES) as bed:
-        yield bed
+def scheduling_bed(bed: BedFactory) -> Iterator[TestBed]:
+    with driver_cluster(bed, "scheduling", SCHEDULING_NODES) as testbed:
+        yield testbed
 
 
 @pytest.fixture

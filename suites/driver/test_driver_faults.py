@@ -9,6 +9,7 @@ import pytest
 from conftest import driver_cluster
 from driver_helpers import IDENTITY, gpu_pod, mig_pod, overlapping_allocations, scheduled, settled, wait_pod
 from fake_gpus.driver.faults import fault_env
+from testbed.clusters.driver import DriverSpec
 from testbed.namespaces import create_namespace
 from testbed.pytest_plugin import TestBed
 
@@ -50,9 +51,29 @@ def test_check_passes_without_the_fault(bed_namespace, fault: str) -> None:
 
 
 @pytest.mark.parametrize("fault", sorted(CASES))
-def test_check_fails_with_the_fault(fault: str) -> None:
+def test_check_fails_with_the_fault(bed, fault: str) -> None:
     check, _, node_spec = CASES[fault]
-    with driver_cluster("1.34", [f"n={node_spec}"], env=fault_env([fault])) as bed:
+    with driver_cluster(bed, f"fault-{fault}", [f"n={node_spec}"], env=fault_env([fault])) as faulty:
         ns = f"t-{uuid.uuid4().hex[:10]}"
-        create_namespace(bed.core, ns)
-        assert check(bed, ns, "n"), f"{fault}: the check did not notice the fault"
+        create_namespace(faulty.core, ns)
+        assert check(faulty, ns, "n"), f"{fault}: the check did not notice the fault"
+
+
+
+def _published_memory(bed: TestBed) -> set:
+    """The memory capacities the node's whole-GPU devices publish."""
+    slices = bed.resource.list_resource_slice().items
+    return {d.capacity["memory"].value for s in slices for d in (s.spec.devices or []) if "memory" in (d.capacity or {})}
+
+
+def test_deploy_driver_replaces_the_driver_of_a_running_cluster(bed) -> None:
+    """Cluster.deploy_driver on KWOK: the same nodes get a driver with a fault, then ours again."""
+    with driver_cluster(bed, "redeploy", ["n=h100-80gb:1:whole"]) as running:
+        cluster = running.cluster
+        before = _published_memory(running)
+        cluster.deploy_driver(DriverSpec(env=fault_env(["wrong-memory"])))
+        assert cluster.saved_spec()["driver"]["env"] == fault_env(["wrong-memory"])
+        assert _published_memory(running) != before
+        cluster.deploy_driver(DriverSpec())
+        assert cluster.saved_spec()["driver"]["env"] == {}
+        assert _published_memory(running) == before

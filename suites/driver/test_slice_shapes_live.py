@@ -26,9 +26,10 @@ def shape_nodes() -> list[str]:
 
 
 @pytest.fixture(scope="module", params=["1.34", "1.35"])
-def shape_bed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
-    with driver_cluster(request.param, shape_nodes()) as bed:
-        yield bed
+def shape_bed(request: pytest.FixtureRequest, bed) -> Iterator[TestBed]:
+    # both minors on purpose: the slice shapes differ between the versions the API serves
+    with driver_cluster(bed, f"shapes-{request.param}", shape_nodes(), minor=request.param) as testbed:
+        yield testbed
 
 
 def test_every_node_has_a_complete_pool(shape_bed: TestBed) -> None:

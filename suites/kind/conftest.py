@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from testbed.clusters.base import ClusterError, ClusterSpec
+from testbed.clusters.base import ClusterError
 from testbed.clusters.kind import KindCluster
 from testbed.clusters.layout import from_flags
 from testbed.pytest_plugin import ApiViews
@@ -53,29 +53,23 @@ def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
     from testbed.clusters.kind.driver_image import ensure_workload_image
     from testbed.clusters.kind.rootfs import RootfsError
 
-    opts = request.config.option
     engine_was_running = engine_running()  # a dockerd this session starts is stopped again at its end
-    cluster = KindCluster(CLUSTER_NAME)
-    reused = bool(getattr(opts, "reuse_cluster", False)) and cluster.status().running
-    api = None
+    bed = request.getfixturevalue("bed")
     failed_before = request.session.testsfailed
     try:
         try:
-            if not reused:
-                cluster.create(ClusterSpec(name=CLUSTER_NAME, k8s=opts.k8s, layout=from_flags(LAYOUT_FLAGS)), force=True)
-            workload = ensure_workload_image()
+            with bed(from_flags(LAYOUT_FLAGS), name=CLUSTER_NAME, backend="kind") as testbed:
+                cluster = testbed.cluster
+                try:
+                    workload = ensure_workload_image()
+                    cluster.load_images(workload, workers_only=True)
+                    yield KindBed(cluster, testbed.api, workload)
+                finally:
+                    if request.session.testsfailed > failed_before:
+                        cluster.export_logs()
         except (ClusterError, HostDepsMissing, ImageBuildError, DockerError, RootfsError) as exc:
             # one line, raised once and shown for every kind test: no stack of errors for a missing package
             pytest.fail(f"kind test bed: {exc}", pytrace=False)
-        cluster.load_images(workload, workers_only=True)
-        api = cluster.api_client()
-        yield KindBed(cluster, api, workload)
     finally:
-        if api is not None:
-            api.close()
-            if request.session.testsfailed > failed_before:
-                cluster.collect_failure_logs()
-        if not (getattr(opts, "keep_cluster", False) or reused):
-            cluster.delete()
-            if not engine_was_running:
-                stop_engine_if_idle()
+        if not engine_was_running:
+            stop_engine_if_idle()

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.nvml.state import validate_state_dir
-from testbed.clusters.kind.cluster import DRIVER_NAMESPACE
+from testbed.clusters.kind.driver import DRIVER_NAMESPACE
 from testbed.namespaces import create_namespace
 from testbed.waiting import wait_for
 
@@ -249,12 +249,10 @@ def faulty_driver(kind_bed):
     """Redeploys the driver with the fault switches given to the returned function; restores it after."""
     from fake_gpus.driver.faults import fault_env
     from fake_gpus.nvml.state import reset_state_dir
-    from suites.kind.conftest import LAYOUT_FLAGS
-    from testbed.clusters.layout import from_flags
+    from testbed.clusters.driver import DriverSpec
 
-    layout = from_flags(LAYOUT_FLAGS)
-    yield lambda *faults: kind_bed.cluster.deploy_driver("1.34", layout, env=fault_env(faults))
-    kind_bed.cluster.deploy_driver("1.34", layout)
+    yield lambda *faults: kind_bed.cluster.deploy_driver(DriverSpec(env=fault_env(faults)))
+    kind_bed.cluster.deploy_driver(DriverSpec())
     reset_state_dir(kind_bed.state_dir("gpu-mig"))  # whatever a fault left behind
 
 

@@ -31,8 +31,6 @@ from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
 from fake_gpus.driver.kubeletplugin.protos import load
 from fake_gpus.nvml import state
 from fake_gpus.nvml.build import ensure_library
-from testbed.clusters.base import ClusterError, ClusterSpec
-from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import from_flags
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,28 +47,15 @@ class ApiServer:
 
 
 @pytest.fixture(scope="session")
-def apiserver() -> Iterator[ApiServer]:
-    """A KWOK cluster (real apiserver) holding the claims; always deleted at the end of the session."""
-    name = f"plg-{uuid.uuid4().hex[:6]}"
-    cluster = KwokCluster(name)
-    spec = ClusterSpec(name=name, layout=from_flags([f"{NODE}=h100-80gb:1:whole"]))
-    try:
-        try:
-            kubeconfig = cluster.create(spec)
-        except ClusterError as exc:
-            # Seen on a loaded machine: the KWOK node never turns Ready although the apiserver is up.
-            # create() has removed the partial cluster; one fresh attempt, then give up.
-            print(f"plugin suite: retrying the KWOK cluster once after: {exc}", file=sys.stderr)
-            kubeconfig = cluster.create(spec)
-        api = cluster.api_client()
+def apiserver(bed) -> Iterator[ApiServer]:
+    """A KWOK cluster (real apiserver) holding the claims; deleted at the end of the session unless --keep-cluster."""
+    layout = from_flags([f"{NODE}=h100-80gb:1:whole"])
+    # seen on a loaded machine: the KWOK node never turns Ready although the apiserver is up; one more try
+    with bed(layout, label="plg", backend="kwok", attempts=2) as testbed:
         namespace = "plugin-tests"
-        client.CoreV1Api(api).create_namespace(body={"metadata": {"name": namespace}})
-        try:
-            yield ApiServer(api, kubeconfig, namespace)
-        finally:
-            api.close()
-    finally:
-        cluster.delete()
+        if not testbed.core.list_namespace(field_selector=f"metadata.name={namespace}").items:  # a reused cluster has it
+            testbed.core.create_namespace(body={"metadata": {"name": namespace}})
+        yield ApiServer(testbed.api, testbed.kubeconfig, namespace)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ database lives in $DRA_TESTBED_HYPOTHESIS_DB (default: Hypothesis's `.hypothesis
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -18,8 +17,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from kubernetes import client, config
 
-from testbed.clusters.base import ClusterSpec
-from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.workloads.bundle import default_root, layout_from_nodes, layout_yaml
 
@@ -69,7 +66,8 @@ class PropertyBed:
 
 
 def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: dict[str, str] | None = None) -> Iterator[PropertyBed]:
-    """A fresh KWOK cluster of `layout` (or the --kubeconfig cluster); `env` reaches the publisher (faults)."""
+    """A fresh cluster of `layout` from the `bed` factory (or the --kubeconfig cluster); `env` reaches the
+    driver (faults)."""
     opts = request.config.option
     bundles = default_root() / label
     if opts.kubeconfig and env is None:
@@ -80,28 +78,19 @@ def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: di
         finally:
             api.close()
         return
-    cluster = KwokCluster(f"prop-{label}-{uuid.uuid4().hex[:6]}")
-    try:
-        cluster.create(ClusterSpec(name=cluster.name, k8s=opts.k8s, layout=layout, driver_env=dict(env or {})))
-        api = cluster.api_client()
-        try:
-            yield PropertyBed(api, layout, layout_yaml(layout), bundles)
-        finally:
-            api.close()
-    finally:
-        if not opts.keep_cluster:
-            cluster.delete()
+    with request.getfixturevalue("bed")(layout, env=env, label=f"prop-{label}") as testbed:
+        yield PropertyBed(testbed.api, layout, layout_yaml(layout), bundles)
 
 
 @pytest.fixture(scope="session")
 def whole_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
-    """A KWOK cluster of whole GPUs shared by every example (each example has its own namespace)."""
+    """A cluster (KWOK unless --backend) of whole GPUs shared by every example (each example has its own namespace)."""
     yield from bring_up(request, WHOLE_LAYOUT, "whole")
 
 
 @pytest.fixture(scope="session")
 def dynamic_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
-    """A KWOK cluster of partitionable and static MIG GPUs."""
+    """A cluster (KWOK unless --backend) of partitionable and static MIG GPUs."""
     yield from bring_up(request, DYNAMIC_LAYOUT, "dynamic")
 
 

@@ -1,4 +1,9 @@
-"""The one cluster interface every backend (kwok, kind, existing) implements, and the spec it starts from."""
+"""The one cluster interface every backend (kwok, kind, existing) implements, and the spec it starts from.
+
+e2e-framework style: `create(spec)`, `delete`, `status`, `kubeconfig`, `load_images`, `export_logs`, and
+`deploy_driver` to replace the driver on the nodes of a running cluster. The spec's minor, layout and
+driver (with its environment) are honoured by every backend and recorded in the cluster's spec.json.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from kubernetes import client, config
 
 from hostenv.dirs import state_root
 from hostenv.versions import DEFAULT_MINOR
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout
 
 DEFAULT_NAME = "dra-testbed"
@@ -23,14 +29,15 @@ class ClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What to bring up: a named cluster of one Kubernetes minor with a layout of GPU nodes."""
+    """What to bring up: a named cluster of one Kubernetes minor with a layout of GPU nodes and the driver
+    that runs on them."""
 
     name: str = DEFAULT_NAME
     k8s: str = DEFAULT_MINOR
     layout: Layout | None = None
     apiserver_port: int | None = None
     binaries: dict[str, str] = field(default_factory=dict)
-    driver_env: dict[str, str] = field(default_factory=dict)  # extra environment of driver processes (faults)
+    driver: DriverSpec = field(default_factory=DriverSpec)
     allow_large: bool = False  # above a backend's sane size (nodes, GPUs): only when asked for explicitly
 
 
@@ -104,12 +111,66 @@ class Cluster(abc.ABC):
             api.close()
         return version, nodes, slices
 
+    @abc.abstractmethod
+    def load_images(self, *references: str) -> None:
+        """Make local images available to the nodes' container runtime (ClusterError where nodes run none)."""
+
+    @abc.abstractmethod
+    def export_logs(self, folder: Path | None = None) -> Path:
+        """Copy component and node logs into `folder` (default: one under the cluster's home); returns it."""
+
+    @abc.abstractmethod
+    def deploy_driver(self, driver: DriverSpec) -> None:
+        """Replace the driver running on the GPU nodes by `driver` and wait until it has published again."""
+
     def saved_spec(self) -> dict | None:
         """The spec this cluster was created with, as recorded at `up`."""
         try:
             return json.loads((self.home / "spec.json").read_text())
         except (OSError, ValueError):
             return None
+
+    def saved_minor(self) -> str:
+        """The Kubernetes minor this cluster was created with (the default one when unknown)."""
+        return (self.saved_spec() or {}).get("k8s") or DEFAULT_MINOR
+
+    def saved_layout(self) -> Layout:
+        """The layout this cluster was created with, read back from spec.json."""
+        from testbed.clusters.layout import NodeSpec, parse_mode
+
+        nodes = (self.saved_spec() or {}).get("layout") or []
+        return Layout(tuple(NodeSpec(n["name"], n["board"], int(n["count"]), parse_mode(n["mode"], n["name"])) for n in nodes), name=self.name)
+
+    def record_spec(self, spec: ClusterSpec, kubernetes: str, **extra) -> None:
+        """Write spec.json: what `status`, `delete` and --reuse-cluster read back."""
+        record = {"backend": self.backend, "name": self.name, **spec_record(spec), "kubernetes": kubernetes, **extra}
+        (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    def record_driver(self, driver: DriverSpec) -> None:
+        """Update spec.json after `deploy_driver`, so --reuse-cluster compares against the driver now running."""
+        record = self.saved_spec()
+        if record is not None:
+            record["driver"] = driver.as_dict()
+            (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def spec_record(spec: ClusterSpec) -> dict:
+    """The parts of a spec that make two clusters interchangeable: minor, layout, driver (with its faults)."""
+    from hostenv.versions import release_for
+
+    layout = [dict(asdict(n), mode=str(n.mode)) for n in spec.layout.nodes] if spec.layout else []
+    return {"k8s": release_for(spec.k8s).minor, "layout": layout, "driver": spec.driver.as_dict()}
+
+
+def spec_mismatch(saved: dict | None, spec: ClusterSpec) -> str | None:
+    """Why a running cluster recorded as `saved` is not one brought up from `spec` (None when it is)."""
+    if saved is None:
+        return "it has no recorded spec"
+    wanted = spec_record(spec)
+    for key in ("k8s", "layout", "driver"):
+        if saved.get(key) != wanted[key]:
+            return f"its {key} differs (running: {json.dumps(saved.get(key), sort_keys=True)}, wanted: {json.dumps(wanted[key], sort_keys=True)})"
+    return None
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

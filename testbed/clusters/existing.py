@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 from kubernetes import client, config
 
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus
+from testbed.clusters.driver import DriverSpec
 
 REQUIRED_API = "resource.k8s.io/v1"
 
@@ -49,6 +52,27 @@ class ExistingCluster(Cluster):
 
     def delete(self) -> None:
         """Never tear down a cluster this project did not bring up."""
+
+    def load_images(self, *references: str) -> None:
+        raise ClusterError("dra-testbed loads images only into clusters it runs (kind); push them to a registry the existing cluster pulls from")
+
+    def deploy_driver(self, driver: DriverSpec) -> None:
+        raise ClusterError("dra-testbed deploys drivers only on clusters it runs (kwok, kind); an existing cluster keeps the driver it has")
+
+    def export_logs(self, folder: Path | None = None) -> Path:
+        """What the API shows (nodes, ResourceSlices, events of every namespace) as JSON: the node and
+        component logs of a cluster someone else runs are theirs to collect."""
+        folder = folder or Path.cwd() / f"existing-logs-{time.strftime('%Y%m%d-%H%M%S')}"
+        folder.mkdir(parents=True, exist_ok=True)
+        api = self.api_client()
+        try:
+            core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+            for name, listing in (("nodes", core.list_node), ("resourceslices", resource.list_resource_slice),
+                                  ("events", core.list_event_for_all_namespaces)):
+                (folder / f"{name}.json").write_text(json.dumps(api.sanitize_for_serialization(listing()), indent=1) + "\n")
+        finally:
+            api.close()
+        return folder
 
     def status(self) -> ClusterStatus:
         try:

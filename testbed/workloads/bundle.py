@@ -95,31 +95,32 @@ def bundle_format(directory: Path) -> int:
                          f"valid: {json.dumps({'format': FORMAT})}") from exc
 
 
-def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubeconfig: str | None = None) -> int:
-    """Bring up a fresh KWOK cluster with the bundle's layout (or use `kubeconfig`), re-run the steps.
+def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubeconfig: str | None = None,
+           backend: str | None = None) -> int:
+    """Bring up a fresh cluster of `backend` (default: the bundle's, else kwok) with the bundle's layout and
+    driver faults (or use `kubeconfig`), re-run the steps.
 
     Returns 1 when a property still fails, 0 when the replay passes.
     """
     from kubernetes import config
 
-    from fake_gpus.driver.faults import FAULTS_ENV
+    from fake_gpus.driver.faults import fault_env
     from testbed.clusters.base import ClusterSpec
-    from testbed.clusters.kwok import KwokCluster
     from hostenv.versions import DEFAULT_MINOR
+    from testbed.clusters.driver import DriverSpec
+    from testbed.clusters.registry import cluster_for
     from testbed.workloads.runner import PropertyFailure, Runner
 
     layout, steps, context = load_bundle(directory)
     faults = context.get("faults") or ""
-    previous = os.environ.get(FAULTS_ENV)
-    if faults:
-        os.environ[FAULTS_ENV] = faults  # the publisher reads its faults when the cluster comes up
     cluster = None
     try:
         if kubeconfig:
             api = config.new_client_from_config(config_file=kubeconfig)
         else:
-            cluster = KwokCluster(f"prop-replay-{uuid.uuid4().hex[:6]}")
-            cluster.create(ClusterSpec(name=cluster.name, k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout))
+            cluster = cluster_for(backend or context.get("backend") or "kwok", f"prop-replay-{uuid.uuid4().hex[:6]}")
+            driver = DriverSpec(env=fault_env(faults.split(","))) if faults else DriverSpec()
+            cluster.create(ClusterSpec(name=cluster.name, k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout, driver=driver))
             api = cluster.api_client()
         runner = Runner(api, layout_yaml(layout), bundle_dir=None, context=context).open()
         try:
@@ -133,10 +134,5 @@ def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubec
         print(f"replay of {directory}: passes ({len(steps)} steps)", file=sys.stderr)
         return 0
     finally:
-        if faults:
-            if previous is None:
-                os.environ.pop(FAULTS_ENV, None)
-            else:
-                os.environ[FAULTS_ENV] = previous
         if cluster is not None and not keep:
             cluster.delete()

@@ -16,7 +16,9 @@ from kubernetes import client
 from hostenv.versions import release_for
 from testbed import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
+from testbed.clusters.kind.driver import READY_TIMEOUT, kind_driver
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
 from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, node_labels, nvml_library, provision_state
@@ -24,10 +26,7 @@ from testbed.clusters.layout import Layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 
-DRIVER_NAMESPACE = "dra-testbed-driver"
-DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
 NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
-READY_TIMEOUT = 300.0
 KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
 FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 MAX_WORKERS, MAX_GPUS = 8, 32  # a kubelet container each; beyond these only with --allow-large
@@ -96,11 +95,12 @@ class KindCluster(Cluster):
         ))
         return path
 
-    def create(self, spec: ClusterSpec, force: bool = False, image: str | None = None) -> Path:
+    def create(self, spec: ClusterSpec, force: bool = False) -> Path:
         if spec.layout is None:
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
         check_size(spec.layout, "kind", MAX_WORKERS, MAX_GPUS, spec.allow_large)  # each worker is a container
         release = release_for(spec.k8s)
+        driver = kind_driver(spec.driver)  # refuses a driver kind kind cannot run before anything starts
         try:
             hostdeps.prefetch("kind")  # everything a first kind run needs, in one apt-get run
             ensure_engine()
@@ -115,13 +115,12 @@ class KindCluster(Cluster):
         if spec.apiserver_port and not port_is_free(spec.apiserver_port):
             raise ClusterError(f"port {spec.apiserver_port} is busy; choose a free --port or leave it out for a random one")
         kind = self._kind_binary(release.minor)
-        if image is None:
-            from testbed.clusters.kind.node_image import ImageBuildError, ensure_node_image
+        from testbed.clusters.kind.node_image import ImageBuildError, ensure_node_image
 
-            try:
-                image = ensure_node_image(release.minor).reference
-            except ImageBuildError as exc:
-                raise ClusterError(str(exc)) from exc
+        try:
+            image = ensure_node_image(release.minor).reference
+        except ImageBuildError as exc:
+            raise ClusterError(str(exc)) from exc
         self.home.mkdir(parents=True, exist_ok=True)
         nodes = self.plan_nodes(spec.layout)
         config = self.render_config(spec, nodes)
@@ -136,17 +135,14 @@ class KindCluster(Cluster):
                 self.add_routes()
             with progress.step("waiting for every node to be Ready"):
                 self.wait_ready(len(nodes))
+            self.record_spec(spec, release.kubernetes, image=image, kind=str(kind),
+                             nodes={self.node_name(n): (n.layout.name if n.layout else "control-plane") for n in nodes})
             if not os.environ.get(NO_DRIVER_ENV):
-                self.deploy_driver(release.minor, spec.layout)
-            record = {"backend": self.backend, "name": self.name, "k8s": release.minor, "kubernetes": release.kubernetes,
-                      "image": image, "kind": str(kind),
-                      "layout": [dict(asdict(n), mode=str(n.mode)) for n in spec.layout.nodes],
-                      "nodes": {self.node_name(n): (n.layout.name if n.layout else "control-plane") for n in nodes}}
-            (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+                driver.deploy(self, spec.layout, release.minor)
             return kubeconfig
         except BaseException as exc:
             progress.note(f"[red]kind up failed ({exc}); collecting logs[/red]")
-            self.collect_failure_logs(kind)
+            self.export_logs(kind=kind)
             if os.environ.get(KEEP_ON_FAILURE_ENV):
                 progress.note(f"[yellow]keeping the failed cluster ({KEEP_ON_FAILURE_ENV} is set)[/yellow]")
             else:
@@ -198,68 +194,23 @@ class KindCluster(Cluster):
         finally:
             api.close()
 
-    def deploy_driver(self, minor: str, layout: Layout, env: dict[str, str] | None = None) -> None:
-        """Build and load the driver image, apply classes, RBAC, policy and DaemonSets; wait for every
-        GPU node's plugin to run and its slices to appear."""
-        from fake_gpus.driver.identity import current_identity
-        from testbed.clusters.kind.driver_image import ensure_driver_image
-
-        image = ensure_driver_image(minor)
-        self.load_images(image, workers_only=True)  # the control plane runs no driver
-        groups = []
-        for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
-            if any(n.mode.kind in modes for n in layout.nodes):
-                groups.append({"name": mig, "mig": mig, "modes": list(modes)})
-        manifest = self.home / "driver.yaml"
-        manifest.write_text(render_template(
-            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=groups,
-            image=image, state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=env or {}))
-        classes = self.home / "device-classes.json"
-        classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": current_identity().device_classes()}))
-        with progress.step(f"deploying the driver ({image})"):
-            self.kubectl("apply", "-f", str(classes))
-            self.kubectl("apply", "-f", str(manifest))
-            for group in groups:  # a redeploy (new image or env) must be rolled out before tests go on
-                self.kubectl("-n", DRIVER_NAMESPACE, "rollout", "status", f"daemonset/dra-testbed-driver-{group['name']}",
-                             f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
-            self.wait_driver(layout)
+    def deploy_driver(self, driver: DriverSpec) -> None:
+        """Deploy `driver` on the GPU workers (replacing the one running) and wait for its slices."""
+        kind_driver(driver).deploy(self, self.saved_layout(), self.saved_minor())
+        self.record_driver(driver)
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         """kubectl of the cluster's minor against this cluster."""
-        record = self.saved_spec() or {}
-        kubectl = ensure(record.get("k8s", "1.34"), ["kubectl"]).path("kubectl")
+        kubectl = ensure(self.saved_minor(), ["kubectl"]).path("kubectl")
         out = subprocess.run([str(kubectl), "--kubeconfig", str(self.home / "kubeconfig"), *args], capture_output=True, text=True, timeout=timeout)
         if check and out.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args[:2])} failed: {(out.stderr or out.stdout).strip()[-300:]}")
         return out
 
-    def wait_driver(self, layout: Layout, timeout: float = READY_TIMEOUT) -> None:
-        """Every GPU node has a Ready driver pod and at least one ResourceSlice."""
-        api = self.api_client()
-        try:
-            core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
-            wanted = {n.name for n in layout.nodes}
-            deadline = time.monotonic() + timeout
-            while True:
-                names = {n.metadata.name: n.metadata.labels.get("dra-testbed.io/layout-node")
-                         for n in core.list_node(label_selector="dra-testbed.io/layout-node").items}
-                pods = core.list_namespaced_pod(DRIVER_NAMESPACE).items
-                running = {names.get(p.spec.node_name) for p in pods
-                           if p.status.phase == "Running" and all(c.ready for c in (p.status.container_statuses or []))}
-                sliced = {names.get(s.spec.node_name) for s in resource.list_resource_slice().items}
-                if wanted <= running and wanted <= sliced:
-                    return
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"driver not up after {timeout:.0f}s: running on {sorted(x for x in running if x)}, "
-                                       f"slices for {sorted(x for x in sliced if x)}, wanted {sorted(wanted)}")
-                time.sleep(1)
-        finally:
-            api.close()
-
     def load_images(self, *references: str, workers_only: bool = False) -> None:
         """Copy local Docker images into every node's containerd (pods use them with pull policy Never)."""
         record = self.saved_spec() or {}
-        kind = Path(record.get("kind") or self._kind_binary(record.get("k8s", "1.34")))
+        kind = Path(record.get("kind") or self._kind_binary(self.saved_minor()))
         nodes = [n for n in self.node_containers() if not (workers_only and n.endswith("-control-plane"))]
         missing = [ref for ref in references if not all(self._node_has_image(n, ref) for n in nodes)]
         if not missing:
@@ -275,21 +226,22 @@ class KindCluster(Cluster):
         out = docker("exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q", f"name=={name}", check=False)
         return out.returncode == 0 and bool(out.stdout.strip())
 
-    def collect_failure_logs(self, kind: Path | None = None) -> Path:
-        """`kind export logs` and a cluster dump into the cluster's home; returns the folder."""
-        # CI collects failed clusters' logs where $DRA_TESTBED_FAILURE_LOGS points
-        base = Path(os.environ[FAILURE_LOGS_ENV]) / f"kind-{self.name}" if os.environ.get(FAILURE_LOGS_ENV) else self.home
-        folder = base / f"failure-{time.strftime('%Y%m%d-%H%M%S')}"
+    def export_logs(self, folder: Path | None = None, kind: Path | None = None) -> Path:
+        """`kind export logs` and a cluster dump into `folder` (default: under $DRA_TESTBED_FAILURE_LOGS,
+        where CI collects failed clusters' logs, else under the cluster's home); returns the folder."""
+        if folder is None:
+            base = Path(os.environ[FAILURE_LOGS_ENV]) / f"kind-{self.name}" if os.environ.get(FAILURE_LOGS_ENV) else self.home
+            folder = base / f"failure-{time.strftime('%Y%m%d-%H%M%S')}"
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            kind = kind or self._kind_binary("1.34")
+            kind = kind or self._kind_binary(self.saved_minor())
             self._kind(kind, "export", "logs", str(folder / "kind-logs"), "--name", self.kind_name, check=False, timeout=300)
         except Exception as exc:  # noqa: BLE001 - log collection must never mask the real failure
             (folder / "export-error.txt").write_text(str(exc))
         kubeconfig = self.home / "kubeconfig"
         if kubeconfig.is_file():
             try:
-                kubectl = ensure((self.saved_spec() or {}).get("k8s", "1.34"), ["kubectl"]).path("kubectl")
+                kubectl = ensure(self.saved_minor(), ["kubectl"]).path("kubectl")
                 with (folder / "cluster-dump.txt").open("w") as sink:
                     subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig), "cluster-info", "dump", "--all-namespaces"],
                                    stdout=sink, stderr=subprocess.STDOUT, timeout=120)
@@ -313,7 +265,7 @@ class KindCluster(Cluster):
         if self.node_containers():
             if kind is None:
                 try:
-                    kind = self._kind_binary("1.34")
+                    kind = self._kind_binary(self.saved_minor())
                 except Exception:  # noqa: BLE001 - fall back to removing containers directly
                     kind = None
             if kind is not None:

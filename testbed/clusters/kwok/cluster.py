@@ -3,13 +3,11 @@ runtime from local binaries, with simulated GPU nodes and their ResourceSlices."
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -19,13 +17,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.publisher import preload_api_modules
-from fake_gpus.machine import launch
 from hostenv.dirs import state_root
 from hostenv.processes import alive, terminate
 from hostenv.versions import release_for
 from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
+from testbed.clusters.kwok.driver import DRIVERS, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
 from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
@@ -95,6 +94,7 @@ class KwokCluster(Cluster):
         check_layout(spec.layout)
         check_size(spec.layout, "kwok", MAX_NODES, MAX_GPUS, spec.allow_large)
         release = release_for(spec.k8s)
+        driver = kwok_driver(spec.driver)  # refuses a driver kind KWOK cannot run before anything starts
         if self.exists():
             if not force:
                 raise ClusterError(
@@ -108,8 +108,8 @@ class KwokCluster(Cluster):
         toolchain = ensure(release.minor, BINARIES, overrides=spec.binaries)
         self.home.mkdir(parents=True, exist_ok=True)
         try:
-            # the publisher starts first and waits for the kubeconfig: its start-up overlaps the control plane's
-            publisher = launch.spawn_publisher(self.home, self.home / "kubeconfig", env=spec.driver_env)
+            # the driver starts first and waits for the kubeconfig: its start-up overlaps the control plane's
+            driver.spawn(self.home, self.home / "kubeconfig", spec.layout)
             threading.Thread(target=preload_api_modules, daemon=True).start()  # while kwokctl works
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
                 self._start_control_plane(toolchain, spec)
@@ -118,35 +118,45 @@ class KwokCluster(Cluster):
                 api = self.api_client()
                 try:
                     self.add_nodes(api, spec.layout, step.update)
-                    try:
-                        launch.wait_publisher(self.home, publisher)
-                    except RuntimeError as exc:
-                        raise ClusterError(str(exc)) from exc
+                    driver.wait(self.home)
                     self.wait_schedulable(api, spec.layout, report=step.update)
                 finally:
                     api.close()
-            record = {"backend": self.backend, "name": self.name, "k8s": release.minor, "kubernetes": release.kubernetes,
-                      "layout": [dict(asdict(n), mode=str(n.mode)) for n in spec.layout.nodes],
-                      "binaries": {b.name: str(b.path) for b in toolchain.binaries.values()}}
-            (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+            self.record_spec(spec, release.kubernetes, binaries={b.name: str(b.path) for b in toolchain.binaries.values()})
             return kubeconfig
         except BaseException:
-            kept = self._keep_failure_logs()
+            kept = self.export_logs(Path(os.environ[FAILURE_LOGS_ENV]) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}") \
+                if os.environ.get(FAILURE_LOGS_ENV) else None
             where = f" (component logs kept in {kept})" if kept else f" (set ${FAILURE_LOGS_ENV} to keep component logs)"
             progress.note(f"[red]up failed; removing the partial cluster {self.name!r}{where}[/red]")
             self._teardown(toolchain.path("kwokctl"))
             raise
 
-    def _keep_failure_logs(self) -> Path | None:
-        """Copy component logs to $DRA_TESTBED_FAILURE_LOGS (when set) before a failed `up` removes them."""
-        root = os.environ.get(FAILURE_LOGS_ENV)
-        if not root:
-            return None
-        dest = Path(root) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    def export_logs(self, folder: Path | None = None) -> Path:
+        """Copy the components' logs (kwokctl's) and the cluster's home (publisher log, configs) to `folder`;
+        a failed `up` keeps them in $DRA_TESTBED_FAILURE_LOGS this way before removing the cluster."""
+        dest = folder or self.home.with_name(f"{self.name}-logs-{time.strftime('%Y%m%d-%H%M%S')}")
         for source, name in ((self.kwok_dir / "logs", "logs"), (self.home, "home")):
             if source.is_dir():
                 shutil.copytree(source, dest / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock"))
         return dest
+
+    def load_images(self, *references: str) -> None:
+        raise ClusterError("KWOK nodes run no containers, so images cannot be loaded into them; use --backend kind")
+
+    def deploy_driver(self, driver: DriverSpec) -> None:
+        """Stop the running driver, start `driver` on the same nodes and hardware state, wait for its slices."""
+        replacement = kwok_driver(driver)
+        kubeconfig, layout = self.kubeconfig(), self.saved_layout()
+        self._stop_drivers()
+        replacement.spawn(self.home, kubeconfig, layout)
+        replacement.wait(self.home)
+        self.record_driver(driver)
+
+    def _stop_drivers(self) -> None:
+        """Stop whichever driver runs (each kind's stop is a no-op when it does not)."""
+        for kind in DRIVERS.values():
+            kind.stop(self.home)
 
     def _start_control_plane(self, toolchain, spec: ClusterSpec) -> None:
         release = release_for(spec.k8s)
@@ -220,13 +230,13 @@ class KwokCluster(Cluster):
         if record and Path(record["binaries"].get("kwokctl", "")).is_file():
             return Path(record["binaries"]["kwokctl"])
         try:
-            return ensure(release_for((record or {}).get("k8s", "1.34")).minor, ["kwokctl"], allow_build=False).path("kwokctl")
+            return ensure(self.saved_minor(), ["kwokctl"], allow_build=False).path("kwokctl")
         except Exception:  # noqa: BLE001 - teardown falls back to killing recorded processes
             return None
 
     def _teardown(self, kwokctl: Path | None) -> None:
         """Stop every component, then remove kwokctl's and our directories; kill what kwokctl missed."""
-        launch.stop_publisher(self.home)  # first, so it does not write to a control plane going away
+        self._stop_drivers()  # first, so it does not write to a control plane going away
         pids = self.pids()
         if kwokctl is not None and self.kwok_dir.exists():
             # kwokctl refuses an empty --kubeconfig on delete; give it a throwaway file, never ~/.kube/config

@@ -1,0 +1,103 @@
+"""The driver on a kind cluster's GPU workers, behind one small interface per driver kind.
+
+Ours is two DaemonSets (dynamic and static MIG) of our driver image: a kubelet plugin and a slice publisher
+per node. A vendor's image (its own DaemonSet) plugs in as another `KindDriver` in DRIVERS.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+from typing import TYPE_CHECKING
+
+from kubernetes import client
+
+from fake_gpus.driver.identity import DriverIdentity
+from testbed import progress
+from testbed.clusters.base import ClusterError
+from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
+from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE
+from testbed.clusters.layout import Layout
+from testbed.templates import render_template
+
+if TYPE_CHECKING:
+    from testbed.clusters.kind.cluster import KindCluster
+
+DRIVER_NAMESPACE = "dra-testbed-driver"
+DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
+READY_TIMEOUT = 300.0
+
+
+class KindDriver(abc.ABC):
+    """How one kind of driver is deployed on a running kind cluster."""
+
+    def __init__(self, spec: DriverSpec) -> None:
+        self.spec = spec
+
+    @abc.abstractmethod
+    def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
+        """Deploy (or redeploy) on the GPU workers and return once every layout node has its slices."""
+
+
+class OurDriver(KindDriver):
+    """Our fake-GPU driver image, built from this tree and loaded into the workers."""
+
+    def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
+        """Build and load the driver image, apply classes, RBAC, policy and DaemonSets; wait for every
+        GPU node's plugin to run and its slices to appear."""
+        from testbed.clusters.kind.driver_image import ensure_driver_image
+
+        image = ensure_driver_image(minor)
+        cluster.load_images(image, workers_only=True)  # the control plane runs no driver
+        groups = []
+        for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
+            if any(n.mode.kind in modes for n in layout.nodes):
+                groups.append({"name": mig, "mig": mig, "modes": list(modes)})
+        manifest = cluster.home / "driver.yaml"
+        manifest.write_text(render_template(
+            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=groups,
+            image=image, state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=self.spec.process_env()))
+        classes = cluster.home / "device-classes.json"
+        classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": DriverIdentity(self.spec.name).device_classes()}))
+        with progress.step(f"deploying the driver ({image})"):
+            cluster.kubectl("apply", "-f", str(classes))
+            cluster.kubectl("apply", "-f", str(manifest))
+            for group in groups:  # a redeploy (new image or env) must be rolled out before tests go on
+                cluster.kubectl("-n", DRIVER_NAMESPACE, "rollout", "status", f"daemonset/dra-testbed-driver-{group['name']}",
+                                f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
+            wait_driver(cluster, layout)
+
+
+def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIMEOUT) -> None:
+    """Every GPU node has a Ready driver pod and at least one ResourceSlice."""
+    api = cluster.api_client()
+    try:
+        core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+        wanted = {n.name for n in layout.nodes}
+        deadline = time.monotonic() + timeout
+        while True:
+            names = {n.metadata.name: n.metadata.labels.get("dra-testbed.io/layout-node")
+                     for n in core.list_node(label_selector="dra-testbed.io/layout-node").items}
+            pods = core.list_namespaced_pod(DRIVER_NAMESPACE).items
+            running = {names.get(p.spec.node_name) for p in pods
+                       if p.status.phase == "Running" and all(c.ready for c in (p.status.container_statuses or []))}
+            sliced = {names.get(s.spec.node_name) for s in resource.list_resource_slice().items}
+            if wanted <= running and wanted <= sliced:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"driver not up after {timeout:.0f}s: running on {sorted(x for x in running if x)}, "
+                                   f"slices for {sorted(x for x in sliced if x)}, wanted {sorted(wanted)}")
+            time.sleep(1)
+    finally:
+        api.close()
+
+
+DRIVERS: dict[str, type[KindDriver]] = {"ours": OurDriver}
+
+
+def kind_driver(spec: DriverSpec) -> KindDriver:
+    """The kind implementation of `spec`; DriverSpecError naming the kinds kind runs otherwise."""
+    if spec.kind not in DRIVERS:
+        raise DriverSpecError(unsupported("kind", spec, tuple(DRIVERS)))
+    return DRIVERS[spec.kind](spec)
