@@ -1,4 +1,4 @@
-"""A Hopper-only KWOK bed (clusters/layouts/h100-only.yaml) for the apply/settle/explain suite."""
+"""A Hopper-only bed (KWOK unless --backend) (clusters/layouts/h100-only.yaml) for the apply/settle/explain suite."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from testbed.clusters.base import ClusterSpec
-from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, load_layout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,11 +26,5 @@ class HopperBed:
 def hopper_bed(request: pytest.FixtureRequest) -> Iterator[HopperBed]:
     minor = request.config.option.k8s
     layout = load_layout(H100_ONLY)
-    cluster = KwokCluster("dra-testbed-outcomes")
-    cluster.create(ClusterSpec(name=cluster.name, k8s=minor, layout=layout), force=True)
-    api = cluster.api_client()
-    try:
-        yield HopperBed(api, layout, minor)
-    finally:
-        api.close()
-        cluster.delete()
+    with request.getfixturevalue("bed")(layout, label="dra-testbed-outcomes") as testbed:
+        yield HopperBed(testbed.api, layout, minor)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from testbed.cli_try import cluster_spec, resolve_fleet
-from testbed.clusters.base import ClusterSpec
 from testbed.outcomes.manifests import ManifestError, load
 
 from .conftest import EXAMPLES, H100_ONLY
@@ -57,11 +55,9 @@ def test_fleet_by_name_or_path() -> None:
 
 
 def test_driver_flag_goes_through_the_seam_or_says_it_is_missing() -> None:
-    has_seam = "driver" in {f.name for f in dataclasses.fields(ClusterSpec)}
     layout = resolve_fleet("h100-only")
-    if has_seam:
-        assert cluster_spec("x", "1.34", layout, "nvidia").driver == "nvidia"
-    else:
-        out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia")
-        assert out.returncode == 2 and "driver seam" in out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1
+    assert cluster_spec("x", "1.34", layout, "ours").driver.kind == "ours"  # a DriverSpec through the seam
+    # NVIDIA's plugin is not behind the seam yet: one line, exit 2, before anything starts
+    out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia")
+    assert out.returncode == 2 and "driver seam" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
