@@ -17,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from testbed.clusters.base import ClusterSpec
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, NodeSpec
 from testbed.clusters.registry import cluster_for
 from testbed.conformance.subject import Subject
@@ -55,18 +56,16 @@ def _add_node(api: client.ApiClient, node: NodeSpec) -> None:
 @contextmanager
 def kwok_bed(layout: Layout, k8s: str, driver: str, env: dict[str, str] | None = None, keep: bool = False) -> Iterator[tuple[Subject, Path]]:
     """A fresh KWOK cluster running our driver (with `env`: fault switches) and the layout's GPU nodes."""
-    from fake_gpus.machine import launch
-
     name = f"conf-{uuid.uuid4().hex[:6]}"
     cluster = cluster_for("kwok", name)
     env = dict(env or {})
     try:
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=Layout((), name=layout.name), driver_env=env))
+        our_driver = DriverSpec(env=env)
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=Layout((), name=layout.name), driver=our_driver))
         api = cluster.api_client()
 
         def restart() -> None:
-            launch.stop_publisher(cluster.home)
-            launch.start_publisher(cluster.home, kubeconfig, env=env)
+            cluster.deploy_driver(our_driver)
 
         subject = Subject(api, driver, "kwok", layout, restart_driver=restart, add_node=lambda n: _add_node(api, n))
         for node in layout.nodes:
