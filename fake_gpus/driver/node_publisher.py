@@ -43,7 +43,7 @@ class NodePublisher(Publisher):
 def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) -> int:
     api = api_client(kubeconfig)
     limits = api_limits(server_minor(client.VersionApi(api).get_code()))
-    publisher = NodePublisher(api, NvmlLibrary(nvml_lib_dir / SONAME), state_dir, {}, current_identity(), active_faults(),
+    publisher = NodePublisher(api, NvmlLibrary(nvml_lib_dir / SONAME), state_dir, None, current_identity(), active_faults(),
                               limits, node_state_dir=state_dir)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: publisher.stop.set())

@@ -29,22 +29,17 @@ from typing import Callable
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.driver import miglayout
 from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.inventory import NvmlLibrary, inventory
-from fake_gpus.driver.slices import ApiLimits, DriverMode, parse_mode
+from fake_gpus.driver.slices import ApiLimits
 from fake_gpus.driver.stamping import StampedSlice, Stamper
+from fake_gpus.node import Mode, NodeHardware, hardware_from_labels
 
-BOARD_LABEL = "dra-testbed.io/board"
-COUNT_LABEL = "dra-testbed.io/gpu-count"
-MODE_LABEL = "dra-testbed.io/mode"
-LAYOUT_LABEL = "dra-testbed.io/mig-layout"
 DRIVER_LABEL = "dra-testbed.io/driver"  # "nvidia": NVIDIA's own plugin serves the node, not this publisher
 POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
-# makes a node's hardware: (state dir, board, count, static MIG layout or None, NVML) - the machine's part
-MakeNode = Callable[[Path, str, int, "dict[str, int] | None", NvmlLibrary], object]
+Provision = Callable[[Path, NodeHardware], object]  # makes a node's hardware in its state dir: the machine's part
 
 
 @dataclass(frozen=True)
@@ -53,19 +48,29 @@ class NodeConfig:
 
     name: str
     uid: str
-    board: str
-    count: int
-    mode: DriverMode
+    hardware: NodeHardware
+
+    @property
+    def board(self) -> str:
+        return self.hardware.board
+
+    @property
+    def count(self) -> int:
+        return self.hardware.count
+
+    @property
+    def mode(self) -> Mode:
+        return self.hardware.mode
 
 
 def node_config(node) -> NodeConfig | None:
-    """The GPU config of a Node object from its labels; None for nodes that carry no fake GPUs."""
+    """The GPU config of a Node object from its labels (the node contract's codec); None for nodes that
+    carry no fake GPUs or that another driver serves."""
     labels = node.metadata.labels or {}
-    if BOARD_LABEL not in labels or COUNT_LABEL not in labels or labels.get(DRIVER_LABEL, "ours") != "ours":
+    hardware = hardware_from_labels(labels)
+    if hardware is None or labels.get(DRIVER_LABEL, "ours") != "ours":
         return None
-    kind = labels.get(MODE_LABEL, "whole")
-    mode = parse_mode(f"{kind}:{labels[LAYOUT_LABEL]}" if kind == "static-mig" and labels.get(LAYOUT_LABEL) else kind)
-    return NodeConfig(node.metadata.name, node.metadata.uid, labels[BOARD_LABEL], int(labels[COUNT_LABEL]), mode)
+    return NodeConfig(node.metadata.name, node.metadata.uid, hardware)
 
 
 def _state_stamp(state_dir: Path) -> tuple:
@@ -88,15 +93,14 @@ def spec_digest(spec: dict) -> str:
 class Publisher:
     """Keeps every labelled node's slices in line with its NVML state."""
 
-    def __init__(self, api: client.ApiClient, nvml: NvmlLibrary, state_root: Path, mig_layouts: dict,
-                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits, make_node: MakeNode | None = None) -> None:
+    def __init__(self, api: client.ApiClient, nvml: NvmlLibrary, state_root: Path, provision: Provision | None,
+                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits) -> None:
         self.api = api
         self.resource = client.ResourceV1Api(api)
         self.core = client.CoreV1Api(api)
         self.nvml = nvml
         self.state_root = state_root
-        self.mig_layouts = mig_layouts
-        self.make_node = make_node
+        self.provisioner = provision
         self.identity = identity
         self.faults = faults
         self.limits = limits
@@ -117,15 +121,12 @@ class Publisher:
     def provision(self, cfg: NodeConfig) -> None:
         """Have the node's fake GPUs and OS views made and, in static mode, its MIG layout, when we were
         given the machine's part to play (KWOK); a node of a real kubelet brings its own (kind)."""
-        if self.make_node is None:
+        if self.provisioner is None:
             return
-        layout = None
-        if cfg.mode.kind == "static-mig":
-            layout = self.mig_layouts.get(cfg.board, {}).get(cfg.mode.mig_layout)
-            if layout is None:
-                valid = ", ".join(self.mig_layouts.get(cfg.board, {})) or "none"
-                raise miglayout.MigLayoutError(f"node {cfg.name}: no MIG layout {cfg.mode.mig_layout!r} for {cfg.board}; valid: {valid}")
-        self.make_node(self.state_dir(cfg.name), cfg.board, cfg.count, layout, self.nvml)
+        try:
+            self.provisioner(self.state_dir(cfg.name), cfg.hardware)
+        except ValueError as exc:  # one line naming the node, as the other start-up errors do
+            raise ValueError(f"node {cfg.name}: {exc}") from exc
 
     # ----------------------------------------------------------------- driver side
     def desired(self, cfg: NodeConfig) -> list[StampedSlice]:

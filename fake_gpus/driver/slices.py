@@ -26,38 +26,13 @@ from fake_gpus.driver.identity import (
 )
 from fake_gpus.driver.pci import sysfs_address
 from fake_gpus.driver.inventory import MEMORY_SLICES, Gpu, MigProfile, NodeInventory, Placement
+from fake_gpus.node import Mode
 
-MODE_KINDS = ("whole", "static-mig", "dynamic-mig")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-testbed"}
-
-
-class ModeError(ValueError):
-    """A mode the driver does not know; one line naming the valid ones."""
 
 
 class SliceLimitError(ValueError):
     """Devices that no split into slices can publish under the served API's limits."""
-
-
-@dataclass(frozen=True)
-class DriverMode:
-    """How a node's GPUs are offered."""
-
-    kind: str
-    mig_layout: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
-
-
-def parse_mode(text: str) -> DriverMode:
-    """`whole`, `static-mig:<layout>` or `dynamic-mig`."""
-    kind, _, layout = text.partition(":")
-    if kind == "static-mig" and layout:
-        return DriverMode(kind, layout)
-    if kind in ("whole", "dynamic-mig") and not layout:
-        return DriverMode(kind)
-    raise ModeError(f"unknown mode {text!r}; valid modes: whole, static-mig:<layout>, dynamic-mig")
 
 
 # --------------------------------------------------------------------------- API limits per minor
@@ -360,7 +335,7 @@ def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits) -> li
     return _first_fit(units, limits, frozenset(fresh))
 
 
-def device_groups(inv: NodeInventory, mode: DriverMode, driver: str, faults: frozenset[str] = frozenset()) -> list[tuple[dict | None, list[dict]]]:
+def device_groups(inv: NodeInventory, mode: Mode, driver: str, faults: frozenset[str] = frozenset()) -> list[tuple[dict | None, list[dict]]]:
     """Per GPU: its counter set (dynamic MIG only) and its devices."""
     if mode.kind == "dynamic-mig":
         groups = []
@@ -377,7 +352,7 @@ def slice_name(node: str, driver: str, index: int) -> str:
     return f"{node}-{driver}-{index}"
 
 
-def build_slices(node: str, inv: NodeInventory, mode: DriverMode, limits: ApiLimits, identity: DriverIdentity,
+def build_slices(node: str, inv: NodeInventory, mode: Mode, limits: ApiLimits, identity: DriverIdentity,
                  faults: frozenset[str] = frozenset(), generation: int = 1, node_uid: str | None = None) -> list[dict]:
     """Every ResourceSlice of `node`'s pool (pool = node name) at `generation`."""
     parts = split(device_groups(inv, mode, identity.driver, faults), limits)

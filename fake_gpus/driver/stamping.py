@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.inventory import Gpu, NodeInventory
-from fake_gpus.driver.slices import ApiLimits, DriverMode, build_slices, whole_gpu_device
+from fake_gpus.driver.slices import ApiLimits, build_slices, whole_gpu_device
+from fake_gpus.node import Mode
 
 STAND_IN_NODE = "zz-stamp-node"
 STAND_IN_UID = "zz-stamp-uid"
@@ -73,7 +74,7 @@ class Stamper:
         self.templates: dict[tuple, _Template] = {}
         self._lock = threading.Lock()
 
-    def _template(self, standin: NodeInventory, mode: DriverMode, owned: bool) -> _Template:
+    def _template(self, standin: NodeInventory, mode: Mode, owned: bool) -> _Template:
         key = (standin, mode, owned)
         with self._lock:
             found = self.templates.get(key)
@@ -92,7 +93,7 @@ class Stamper:
         with self._lock:
             return self.templates.setdefault(key, found)
 
-    def stamp(self, node: str, uid: str | None, inv: NodeInventory, mode: DriverMode) -> list[StampedSlice]:
+    def stamp(self, node: str, uid: str | None, inv: NodeInventory, mode: Mode) -> list[StampedSlice]:
         """`node`'s slices (uid None: no owner reference, as with build_slices)."""
         standin = replace(inv, gpus=tuple(_stand_in_gpu(g, i) for i, g in enumerate(inv.gpus)))
         template = self._template(standin, mode, uid is not None)

@@ -5,12 +5,13 @@ on the host plays both parts: the machine (fake_gpus.machine.provision makes eac
 directory, OS views and static MIG layout) and the driver (fake_gpus.driver.publisher reads every GPU
 through NVML only and publishes the slices). SIGTERM ends it.
 
-Config (JSON): {"kubeconfig", "state_root", "ready_file", "mig_layouts": {board: {layout: {profile: count}}}}.
+Config (JSON): {"kubeconfig", "state_root", "ready_file"}.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
@@ -23,7 +24,7 @@ from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.inventory import NvmlLibrary
 from fake_gpus.driver.publisher import Publisher, connect, preload_api_modules
 from fake_gpus.driver.slices import api_limits, server_minor
-from fake_gpus.machine.provision import provision_node
+from fake_gpus.machine.provision import provision
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     preload_api_modules()
     api, version = connect(Path(cfg["kubeconfig"]))
     limits = api_limits(server_minor(version))
-    publisher = Publisher(api, nvml, Path(cfg["state_root"]), cfg.get("mig_layouts", {}), current_identity(),
-                          active_faults(), limits, make_node=provision_node)
+    publisher = Publisher(api, nvml, Path(cfg["state_root"]), functools.partial(provision, nvml=nvml), current_identity(),
+                          active_faults(), limits)
     signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())
     signal.signal(signal.SIGINT, lambda *_: publisher.stop.set())
     try:

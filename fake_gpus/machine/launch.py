@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from fake_gpus.catalog import Board
 from hostenv.processes import terminate
 
 PID_FILE = "publisher.pid"
@@ -23,26 +22,12 @@ START_TIMEOUT = 600.0  # a first build of the fake NVML library happens inside t
 _REPO = Path(__file__).resolve().parents[2]
 
 
-def usable_layouts(board: Board) -> dict[str, dict[str, int]]:
-    """Named MIG layouts of `board` whose every profile NVML answers for (all facts known)."""
-    complete = {p.name for p in board.gpu_instance_profiles if p.complete}
-    return {name: dict(layout) for name, layout in board.mig_layouts.items() if set(layout) <= complete}
-
-
-def mig_layout_table() -> dict[str, dict[str, dict[str, int]]]:
-    """board -> layout name -> {profile: count}, for the publisher's config."""
-    from fake_gpus.catalog import all_boards
-
-    return {b.key: usable_layouts(b) for b in all_boards()}
-
-
 def spawn_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start the publisher for the cluster at `home` without waiting for it.
 
     It may start before the control plane: it waits for `kubeconfig` to appear and the apiserver to
     answer, so its start-up (imports, the NVML library) overlaps the cluster's."""
-    config = {"kubeconfig": str(kubeconfig), "state_root": str(home / "nvml"), "ready_file": str(home / READY_FILE),
-              "mig_layouts": mig_layout_table()}
+    config = {"kubeconfig": str(kubeconfig), "state_root": str(home / "nvml"), "ready_file": str(home / READY_FILE)}
     (home / "publisher.json").write_text(json.dumps(config, indent=1) + "\n")
     (home / READY_FILE).unlink(missing_ok=True)
     environment = {**os.environ, **(env or {})}

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import driver_cluster
 from fake_gpus.catalog import all_boards
-from fake_gpus.machine.launch import usable_layouts
+from fake_gpus.machine.provision import usable_layouts
 from testbed.pytest_plugin import TestBed
 
 pytestmark = pytest.mark.cluster

@@ -12,8 +12,9 @@ from fake_gpus.catalog import all_boards, get_board
 from fake_gpus.driver import miglayout
 from fake_gpus.driver.identity import CAPACITY_COUNTERS, DriverIdentity, counter_set_name, memory_slice_counter, parse_device_name
 from fake_gpus.driver.inventory import NvmlLibrary, inventory
-from fake_gpus.driver.slices import ApiLimits, LIMITS_1_34, LIMITS_1_35, ModeError, api_limits, build_slices, mebibytes, parse_mode
-from fake_gpus.machine.launch import usable_layouts
+from fake_gpus.driver.slices import ApiLimits, LIMITS_1_34, LIMITS_1_35, api_limits, build_slices, mebibytes
+from fake_gpus.machine.provision import usable_layouts
+from fake_gpus.node import ModeError, parse_mode
 from fake_gpus.nvml import state
 from fake_gpus.nvml.build import SONAME, ensure_library
 

@@ -11,9 +11,10 @@ from fake_gpus.catalog import all_boards, get_board
 from fake_gpus.driver import miglayout
 from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.inventory import NvmlLibrary, inventory
-from fake_gpus.driver.slices import api_limits, build_slices, parse_mode
+from fake_gpus.driver.slices import api_limits, build_slices
 from fake_gpus.driver.stamping import Stamper
-from fake_gpus.machine.launch import usable_layouts
+from fake_gpus.machine.provision import usable_layouts
+from fake_gpus.node import parse_mode
 from fake_gpus.nvml import state
 from fake_gpus.nvml.build import SONAME, ensure_library
 

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from fake_gpus.catalog import BOARD_KEYS, get_board
 from fake_gpus.driver.slices import server_minor
-from fake_gpus.machine.launch import usable_layouts
+from fake_gpus.machine.provision import usable_layouts
 from testbed.nvidia import parity, plugin
 
 pytestmark = pytest.mark.cluster

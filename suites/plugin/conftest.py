@@ -29,7 +29,8 @@ from fake_gpus.driver.faults import fault_env
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
 from fake_gpus.driver.kubeletplugin.protos import load
-from fake_gpus.nvml import state
+from fake_gpus.machine.provision import provision
+from fake_gpus.node import NodeHardware
 from fake_gpus.nvml.build import ensure_library
 from testbed.clusters.layout import from_flags
 
@@ -101,7 +102,7 @@ def node_dir() -> Iterator[Path]:
 def state_dir(node_dir: Path) -> Path:
     """A node with two H100s, MIG off."""
     d = node_dir / "nvml"
-    state.create_state_dir(d, [("h100-80gb", 2)])
+    provision(d, NodeHardware("h100-80gb", 2))
     return d
 
 

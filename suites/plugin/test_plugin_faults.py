@@ -15,7 +15,8 @@ import pytest
 
 from conftest import cdi_env, container_view
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
-from fake_gpus.nvml import state
+from fake_gpus.machine.provision import provision
+from fake_gpus.node import NodeHardware
 
 pytestmark = pytest.mark.cluster
 
@@ -74,7 +75,7 @@ def test_fault_switch_breaks_its_check(fault: str, start_plugin, node_dir: Path,
     outcomes = {}
     for faults in ((), (fault,)):
         state_dir = node_dir / f"nvml-{'-'.join(faults) or 'correct'}"
-        state.create_state_dir(state_dir, [("h100-80gb", 1)])
+        provision(state_dir, NodeHardware("h100-80gb", 1))
         plugin = start_plugin(state_dir, faults=faults)
         claim, neighbour = make_claim([MIG]), make_claim([NEIGHBOUR])
         try:

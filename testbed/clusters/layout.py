@@ -12,10 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from fake_gpus.catalog import BOARD_KEYS, get_board
-from fake_gpus.machine.launch import usable_layouts
+from fake_gpus.catalog import BOARD_KEYS
+from fake_gpus.machine.provision import ProvisionError, check_hardware
+from fake_gpus.node import Mode, ModeError, NodeHardware
+from fake_gpus.node import parse_mode as parse_hardware_mode
 
-MODES = ("whole", "static-mig:<layout>", "dynamic-mig")
 NODE_KEYS = ("name", "board", "count", "mode", "replicas")
 LAYOUT_KEYS = ("name", "description", "nodes")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -29,17 +30,6 @@ class LayoutError(ValueError):
 
 
 @dataclass(frozen=True)
-class Mode:
-    """How a node's GPUs are offered: whole GPUs, a fixed MIG layout, or partitionable (dynamic MIG)."""
-
-    kind: str  # "whole" | "static-mig" | "dynamic-mig"
-    mig_layout: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
-
-
-@dataclass(frozen=True)
 class NodeSpec:
     """One node of a layout."""
 
@@ -47,6 +37,11 @@ class NodeSpec:
     board: str
     count: int
     mode: Mode
+
+    @property
+    def hardware(self) -> NodeHardware:
+        """The node's hardware contract (fake_gpus.node)."""
+        return NodeHardware(self.board, self.count, self.mode)
 
 
 @dataclass(frozen=True)
@@ -61,14 +56,11 @@ class Layout:
 
 
 def parse_mode(text: str, where: str) -> Mode:
-    """`whole`, `static-mig:<layout>` or `dynamic-mig`."""
-    if text == "whole":
-        return Mode("whole")
-    if text == "dynamic-mig":
-        return Mode("dynamic-mig")
-    if text.startswith("static-mig:") and text.removeprefix("static-mig:"):
-        return Mode("static-mig", text.removeprefix("static-mig:"))
-    raise LayoutError(f"{where}: unknown mode {text!r}; valid modes: {', '.join(MODES)}")
+    """`whole`, `static-mig:<layout>` or `dynamic-mig` (the node contract's parser); LayoutError at `where`."""
+    try:
+        return parse_hardware_mode(text)
+    except ModeError as exc:
+        raise LayoutError(f"{where}: {exc}") from exc
 
 
 def _board(text: str, where: str) -> str:
@@ -185,12 +177,7 @@ def check_size(layout: Layout, backend: str, max_nodes: int, max_gpus: int, allo
 def check_layout(layout: Layout) -> None:
     """Refuse, before anything starts, a board or MIG layout the driver cannot serve (LayoutError, one line)."""
     for node in layout.nodes:
-        board = get_board(node.board)
-        if node.mode.kind != "static-mig":
-            continue
-        name = node.mode.mig_layout
-        usable = usable_layouts(board)
-        if name not in usable:
-            problem = "uses MIG profiles whose facts are unknown" if name in board.mig_layouts else "is unknown"
-            raise LayoutError(f"node {node.name}: MIG layout {name!r} of {board.key} {problem}; "
-                              f"valid layouts: {', '.join(usable) or 'none'}")
+        try:
+            check_hardware(node.hardware)
+        except ProvisionError as exc:
+            raise LayoutError(f"node {node.name}: {exc}") from exc

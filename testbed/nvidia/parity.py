@@ -98,7 +98,8 @@ def our_slices(api, node: str, node_uid: str, state_dir, mode: str, minor: str) 
 
     from fake_gpus.driver.identity import DriverIdentity
     from fake_gpus.driver.inventory import NvmlLibrary, inventory
-    from fake_gpus.driver.slices import api_limits, build_slices, parse_mode
+    from fake_gpus.driver.slices import api_limits, build_slices
+    from fake_gpus.node import parse_mode
     from fake_gpus.nvml.build import SONAME, ensure_library
 
     inv = inventory(NvmlLibrary(ensure_library() / SONAME), state_dir)

@@ -40,13 +40,13 @@ def layout_yaml(layout: Layout) -> str:
 
 def layout_from_nodes(core) -> Layout:
     """The layout of a running test-bed cluster, read off the labels our backends put on GPU nodes."""
-    from testbed.clusters.layout import NodeSpec, parse_mode
+    from fake_gpus.node import BOARD_LABEL, hardware_from_labels
+    from testbed.clusters.layout import NodeSpec
 
     nodes = []
-    for node in core.list_node(label_selector="dra-testbed.io/board").items:
-        labels = node.metadata.labels
-        nodes.append(NodeSpec(node.metadata.name, labels["dra-testbed.io/board"], int(labels["dra-testbed.io/gpu-count"]),
-                              parse_mode(labels.get("dra-testbed.io/mode", "whole"), node.metadata.name)))
+    for node in core.list_node(label_selector=BOARD_LABEL).items:
+        hardware = hardware_from_labels(node.metadata.labels)  # all of the mode: a static node's layout too
+        nodes.append(NodeSpec(node.metadata.name, hardware.board, hardware.count, hardware.mode))
     return Layout(tuple(sorted(nodes, key=lambda n: n.name)), name="observed")
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fake_gpus.catalog import get_board
-from fake_gpus.nvml.state import create_state_dir
+from fake_gpus.machine.provision import ProvisionError, provision
+from fake_gpus.machine.provision import node_labels as hardware_labels
 from testbed.clusters.base import ClusterError
 from testbed.clusters.layout import NodeSpec
 
@@ -35,33 +34,15 @@ class KindNode:
 
 def node_labels(node: NodeSpec) -> dict[str, str]:
     """Labels a GPU worker carries, the same keys the KWOK backend uses, plus the layout name."""
-    board = get_board(node.board)
-    labels = {
-        "dra-testbed.io/layout-node": node.name,
-        "dra-testbed.io/board": node.board,
-        "dra-testbed.io/gpu-count": str(node.count),
-        "dra-testbed.io/mode": node.mode.kind,
-        "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
-    }
-    if node.mode.mig_layout:
-        labels["dra-testbed.io/mig-layout"] = node.mode.mig_layout
-    return labels
+    return {"dra-testbed.io/layout-node": node.name, **hardware_labels(node.hardware)}
 
 
 def provision_state(state: Path, node: NodeSpec) -> None:
     """The node's simulated GPUs: a fresh state directory, with its static MIG layout made through NVML."""
-    shutil.rmtree(state, ignore_errors=True)
-    create_state_dir(state, [(node.board, node.count)])
-    if node.mode.kind == "static-mig":
-        from fake_gpus.driver import miglayout
-        from fake_gpus.driver.inventory import NvmlLibrary
-        from fake_gpus.nvml.build import SONAME, ensure_library
-
-        layouts = get_board(node.board).mig_layouts
-        if node.mode.mig_layout not in layouts:
-            raise ClusterError(f"node {node.name}: no MIG layout {node.mode.mig_layout!r} for {node.board}; valid: {', '.join(layouts)}")
-        with NvmlLibrary(ensure_library() / SONAME).session(state):
-            miglayout.apply_layout(dict(layouts[node.mode.mig_layout]))
+    try:
+        provision(state, node.hardware, fresh=True)
+    except ProvisionError as exc:
+        raise ClusterError(f"node {node.name}: {exc}") from exc
 
 
 def nvml_library() -> Path:

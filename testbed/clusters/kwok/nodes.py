@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from fake_gpus.catalog import get_board
-from fake_gpus.driver.publisher import LAYOUT_LABEL
+from fake_gpus.machine.provision import node_labels
 from testbed.clusters.layout import NodeSpec
 
 
 def node_object(node: NodeSpec) -> dict:
     """The Node a KWOK controller will keep Ready: labelled with its board so tests can find it."""
-    board = get_board(node.board)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -22,12 +20,8 @@ def node_object(node: NodeSpec) -> dict:
                 "kubernetes.io/hostname": node.name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
-                "dra-testbed.io/board": node.board,
-                "dra-testbed.io/gpu-count": str(node.count),
-                "dra-testbed.io/mode": node.mode.kind,
-                "nvidia.com/gpu.product": board.product_name.replace(" ", "-"),
                 # the publisher reads the node's GPUs and mode from these labels
-                **({LAYOUT_LABEL: node.mode.mig_layout} if node.mode.mig_layout else {}),
+                **node_labels(node.hardware),
             },
         },
         "spec": {},
