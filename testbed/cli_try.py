@@ -49,12 +49,26 @@ def bed_name(layout: Layout, minor: str, driver: str) -> str:
     return f"try-{base}-{minor.replace('.', '')}" + ("" if driver == "ours" else f"-{driver}")
 
 
+def driver_spec(driver: str) -> DriverSpec:
+    """`ours`, or `nvidia`: NVIDIA's gpu-kubelet-plugin ($DRA_TESTBED_NVIDIA_PLUGIN) as a driver of kind binary.
+
+    Refused in one line (TryUsageError) when the binary is missing or the KWOK backend cannot run it yet.
+    """
+    from testbed.clusters.driver import DriverSpecError
+    from testbed.clusters.kwok.driver import kwok_driver
+    from testbed.nvidia.binary import PluginNotFound, plugin_binary
+
+    try:
+        spec = DriverSpec() if driver == "ours" else DriverSpec("binary", path=str(plugin_binary()))
+        kwok_driver(spec)
+    except (PluginNotFound, DriverSpecError) as exc:
+        raise TryUsageError(f"--driver {driver}: {exc}") from exc
+    return spec
+
+
 def cluster_spec(name: str, minor: str, layout: Layout, driver: str) -> ClusterSpec:
     """The spec of the bed; `driver` goes through ClusterSpec's driver seam (a DriverSpec)."""
-    if driver != "ours":
-        # NVIDIA's plugin comes as a DriverSpec of kind "binary" once the KWOK backend runs one
-        raise TryUsageError(f"--driver {driver} is not behind the driver seam yet; valid now: --driver ours")
-    return ClusterSpec(name=name, k8s=minor, layout=layout, driver=DriverSpec())
+    return ClusterSpec(name=name, k8s=minor, layout=layout, driver=driver_spec(driver))
 
 
 def _same_shape(saved: dict | None, spec: ClusterSpec) -> bool:

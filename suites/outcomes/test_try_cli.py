@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,13 +10,17 @@ from pathlib import Path
 import pytest
 
 from testbed.cli_try import cluster_spec, resolve_fleet
+from testbed.clusters.driver import DriverSpec, DriverSpecError
+from testbed.clusters.kwok.driver import kwok_driver
+from testbed.nvidia.binary import PLUGIN_ENV
 from testbed.outcomes.manifests import ManifestError, load
 
 from .conftest import EXAMPLES, H100_ONLY
 
 
-def _try(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "try", *args], capture_output=True, text=True, timeout=120)
+def _try(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", "try", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("args, message", [
@@ -54,10 +59,26 @@ def test_fleet_by_name_or_path() -> None:
     assert resolve_fleet("h100-only") == resolve_fleet(str(H100_ONLY))
 
 
-def test_driver_flag_goes_through_the_seam_or_says_it_is_missing() -> None:
+def test_driver_flag_goes_through_the_seam_or_says_it_is_missing(tmp_path: Path) -> None:
     layout = resolve_fleet("h100-only")
     assert cluster_spec("x", "1.34", layout, "ours").driver.kind == "ours"  # a DriverSpec through the seam
-    # NVIDIA's plugin is not behind the seam yet: one line, exit 2, before anything starts
-    out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia")
-    assert out.returncode == 2 and "driver seam" in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
+    # without NVIDIA's binary: one line naming how to give it, exit 2, before anything starts
+    out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia", env={PLUGIN_ENV: ""})
+    assert out.returncode == 2 and PLUGIN_ENV in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    # with a binary: a DriverSpec of kind binary if the KWOK backend runs one, else its one-line refusal
+    plugin = tmp_path / "gpu-kubelet-plugin"
+    plugin.write_text("#!/bin/sh\nexit 1\n")
+    plugin.chmod(0o755)
+    os.environ[PLUGIN_ENV], saved = str(plugin), os.environ.get(PLUGIN_ENV)
+    try:
+        try:
+            kwok_driver(DriverSpec("binary", path=str(plugin)))
+        except DriverSpecError:
+            out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia")
+            assert out.returncode == 2 and "cannot run a driver of kind 'binary'" in out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1
+        else:
+            spec = cluster_spec("x", "1.34", layout, "nvidia").driver
+            assert (spec.kind, spec.path) == ("binary", str(plugin.resolve()))
+    finally:
+        os.environ.pop(PLUGIN_ENV) if saved is None else os.environ.__setitem__(PLUGIN_ENV, saved)
