@@ -63,6 +63,7 @@ class PropertyBed:
     layout: Layout
     layout_yaml: str
     bundles: Path
+    brought_up: bool = True  # False: the --kubeconfig cluster, whose layout is whatever it has
 
 
 def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: dict[str, str] | None = None) -> Iterator[PropertyBed]:
@@ -74,7 +75,7 @@ def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: di
         api = config.new_client_from_config(config_file=opts.kubeconfig)
         try:
             observed = layout_from_nodes(client.CoreV1Api(api))
-            yield PropertyBed(api, observed, layout_yaml(observed), bundles)
+            yield PropertyBed(api, observed, layout_yaml(observed), bundles, brought_up=False)
         finally:
             api.close()
         return

@@ -1,0 +1,80 @@
+"""pytest plugin: a skip fails the run unless a committed allowlist names the test and says why.
+
+The allowlist (default: suites/skips.yaml under the rootdir; --skip-allowlist PATH) is a YAML list of
+`{test: NODEID-GLOB, reason: WHY}`. A silent skip in CI would read as a pass; this makes every skip a
+decision someone wrote down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import pytest
+import yaml
+
+DEFAULT_ALLOWLIST = Path("suites") / "skips.yaml"
+
+
+@dataclass(frozen=True)
+class AllowedSkip:
+    test: str  # fnmatch pattern over the node id
+    reason: str
+
+
+def load_allowlist(path: Path) -> list[AllowedSkip]:
+    """The entries of `path` (none when it does not exist); pytest.UsageError, one line, on a malformed entry."""
+    if not path.is_file():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text()) or []
+    except yaml.YAMLError as exc:
+        raise pytest.UsageError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(data, list):
+        raise pytest.UsageError(f"{path}: expected a list of {{test: NODEID-GLOB, reason: WHY}}")
+    entries = []
+    for index, entry in enumerate(data):
+        if not (isinstance(entry, dict) and isinstance(entry.get("test"), str) and str(entry.get("reason") or "").strip()):
+            raise pytest.UsageError(f"{path}: entry {index + 1} needs a `test` pattern and a non-empty `reason`")
+        entries.append(AllowedSkip(entry["test"], str(entry["reason"]).strip()))
+    return entries
+
+
+def _reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[2]).removeprefix("Skipped: ") if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+class SkipGuard:
+    """Collects skips the allowlist does not name and fails the session on them."""
+
+    def __init__(self, allowlist: Path, allowed: list[AllowedSkip]) -> None:
+        self.allowlist, self.allowed = allowlist, allowed
+        self.unlisted: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped and not hasattr(report, "wasxfail") and not any(fnmatchcase(report.nodeid, e.test) for e in self.allowed):
+            self.unlisted.append((report.nodeid, _reason(report)))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.unlisted and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:  # noqa: ANN001 - pytest's TerminalReporter
+        if not self.unlisted:
+            return
+        terminalreporter.section(f"skips not in {self.allowlist} (each fails the run)", red=True)
+        for nodeid, reason in self.unlisted:
+            terminalreporter.line(f"{nodeid}: {reason}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("dra-testbed").addoption(
+        "--skip-allowlist", default=None, help=f"YAML list of allowed skips (default: {DEFAULT_ALLOWLIST} under the rootdir)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = Path(config.option.skip_allowlist) if config.option.skip_allowlist else config.rootpath / DEFAULT_ALLOWLIST
+    config.pluginmanager.register(SkipGuard(path, load_allowlist(path)), "dra-testbed-skip-guard")
