@@ -19,7 +19,6 @@ import pynvml
 from fake_gpus.driver.identity import ARCHITECTURE_NAMES, BRAND_NAMES
 from fake_gpus.driver.pci import DEFAULT_SYSFS, read_place
 
-MEMORY_SLICES = 8  # MIG placements are expressed over 8 memory slices on every MIG-capable board
 _SKIPPED = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
 
@@ -47,7 +46,7 @@ class MigProfile:
     """A GPU-instance profile NVML answers for (NOT_SUPPORTED ones are left out, as NVIDIA's driver does)."""
 
     enum: int  # NVML_GPU_INSTANCE_PROFILE_* value
-    id: int  # profile id, e.g. 19 for 1g.10gb
+    id: int  # NVML's profile id (the catalog's, read back)
     name: str  # "1g.10gb" (NVML's "MIG " prefix removed)
     slice_count: int  # compute slices
     instance_count: int
@@ -64,6 +63,12 @@ class MigProfile:
     def size(self) -> int:
         """Memory slices one instance covers."""
         return self.placements[0].size if self.placements else 0
+
+
+def memory_slices(profiles: tuple[MigProfile, ...]) -> int:
+    """How many memory slices NVML places this GPU's instances over: where its furthest placement ends
+    (a board fact the driver reads back through NVML, never from the catalog)."""
+    return max((p.start + p.size for profile in profiles for p in profile.placements), default=0)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...]
     pcie_root: str | None = None  # from sysfs, not NVML (see pci.py); None where sysfs does not say
     numa_node: int | None = None
+
+    @property
+    def memory_slices(self) -> int:
+        return memory_slices(self.profiles)
 
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.profiles if p.name == name), None)

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import pynvml
 
-from fake_gpus.driver.inventory import MEMORY_SLICES, Gpu, MigProfile, Placement, read_gpu
+from fake_gpus.driver.inventory import Gpu, MigProfile, Placement, read_gpu
 from fake_gpus.mig_placement import find_placements
 
 
@@ -34,7 +34,7 @@ def plan(gpu: Gpu, layout: Mapping[str, int]) -> list[tuple[MigProfile, Placemen
             raise MigLayoutError(f"GPU {gpu.minor}: {count} x {name} asked, NVML allows {profile.instance_count}")
         wanted += [profile] * count
     wanted.sort(key=lambda p: -p.size)  # big instances first: created in that order, as before
-    runs = find_placements([[(pl.start, pl.size) for pl in p.placements] for p in wanted], MEMORY_SLICES)
+    runs = find_placements([[(pl.start, pl.size) for pl in p.placements] for p in wanted], gpu.memory_slices)
     if runs is None:
         raise MigLayoutError(f"GPU {gpu.minor} ({gpu.product_name}): layout {dict(layout)} does not fit its memory slices")
     placements = [Placement(start, size) for start, size in runs]

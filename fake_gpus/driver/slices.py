@@ -25,7 +25,7 @@ from fake_gpus.driver.identity import (
     semver,
 )
 from fake_gpus.driver.pci import sysfs_address
-from fake_gpus.driver.inventory import MEMORY_SLICES, Gpu, MigProfile, NodeInventory, Placement
+from fake_gpus.driver.inventory import Gpu, MigProfile, NodeInventory, Placement, memory_slices
 from fake_gpus.node import Mode
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-testbed"}
@@ -163,14 +163,15 @@ def _instance_sets(profiles: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfil
     for p in profiles:
         for placement in p.placements:
             by_start.setdefault(placement.start, []).append(p)
+    slices = memory_slices(profiles)
 
     def walk(slot: int, chosen: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
-        if slot >= MEMORY_SLICES:
+        if slot >= slices:
             yield chosen
             return
         yield from walk(slot + 1, chosen)
         for p in by_start.get(slot, ()):
-            if slot + p.size <= MEMORY_SLICES and sum(c is p for c in chosen) < p.instance_count:
+            if slot + p.size <= slices and sum(c is p for c in chosen) < p.instance_count:
                 yield from walk(slot + p.size, chosen + (p,))
 
     yield from walk(0, ())
@@ -204,7 +205,7 @@ def counter_set(gpu: Gpu, faults: frozenset[str] = frozenset()) -> dict:
     """`gpu-<minor>-counter-set`: engines, memory and memory-slice-0..7."""
     scale = 2 if "oversized-counters" in faults else 1
     return {"name": counter_set_name(gpu.minor),
-            "counters": _counters(counter_totals(gpu.profiles), range(MEMORY_SLICES), scale)}
+            "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices), scale)}
 
 
 def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> list[dict]:
@@ -216,7 +217,7 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
     if "wrong-memory" in faults:
         full["capacity"]["memory"] = {"value": _quantity("memory", 2 * totals["memory"])}
     full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
-                                 "counters": _counters(counter_totals(gpu.profiles), range(MEMORY_SLICES))}]
+                                 "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices))}]
     devices = [full]
     for profile in gpu.profiles:
         for placement in profile.placements:
