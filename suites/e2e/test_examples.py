@@ -23,6 +23,7 @@ EXPECTED = {
     "shared-claim.yaml": {"producer": "*", "consumer": "*"},
     "deployment.yaml": {"serving": "h100-80gb"},
     "legacy-nvidia-gpu.yaml": {"legacy-cuda": "*"},
+    "topology-one-pcie-root.yaml": {"allreduce-4": "*"},
     "cannot-schedule.yaml": {"too-big": ""},
 }
 
@@ -54,8 +55,10 @@ def _asked(claim: dict) -> str:
     for request in spec["devices"]["requests"]:
         exactly = request.get("exactly") or {}
         selectors = [s["cel"]["expression"] for s in exactly.get("selectors") or []]
-        requests.append(f"{claim['metadata']['name']}: {exactly.get('deviceClassName', '?')}"
-                        + (f" where {' && '.join(map(_short, selectors))}" if selectors else ""))
+        count = f"{exactly['count']} x " if exactly.get("count", 1) != 1 else ""
+        requests.append(f"{claim['metadata']['name']}: {count}{exactly.get('deviceClassName', '?')}"
+                        + (f" where {' && '.join(map(_short, selectors))}" if selectors else "")
+                        + "".join(f", same {c['matchAttribute']}" for c in spec["devices"].get("constraints") or []))
     return ", ".join(requests)
 
 

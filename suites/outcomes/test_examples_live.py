@@ -33,7 +33,7 @@ def _pod(result: RunResult, name: str):
 
 def test_scheduling_settles_with_a_verdict_for_every_pod(examples: RunResult) -> None:
     assert examples.settled
-    assert len(examples.pods) == 12  # 8 bare pods and 4 replicas
+    assert len(examples.pods) == 13  # 9 bare pods and 4 replicas
     assert {p.verdict for p in examples.pods} <= {"scheduled", "pending"}
     assert not examples.ok  # train-100gi cannot run on H100s and is not allowed to pend
 
@@ -142,3 +142,37 @@ def test_a_legacy_pod_asking_more_gpus_than_a_node_has_says_so(hopper_bed: Hoppe
     assert "cannot allocate all claims" in nine.scheduler and "node affinity/selector" in nine.scheduler
     assert nine.reasons == ["nvidia.com/gpu: 9 asked, DeviceClass gpu.nvidia.com has at most 8 devices on one node"]
     assert "0 of 1 legacy (nvidia.com/gpu-style) pods run unchanged" in summary(result)
+
+
+def _attributes(hopper_bed: HopperBed) -> dict[tuple[str, str], dict]:
+    """(node, device) -> attributes, straight from the published slices."""
+    found = {}
+    for item in client.ResourceV1Api(hopper_bed.api).list_resource_slice().items:
+        for device in item.spec.devices or []:
+            found[(item.spec.node_name, device.name)] = device.attributes or {}
+    return found
+
+
+def test_four_gpus_under_one_pcie_root_share_it_and_five_cannot(examples: RunResult, hopper_bed: HopperBed, tmp_path) -> None:
+    pod = _pod(examples, "allreduce-4")
+    assert pod.verdict == "scheduled" and len(pod.allocations) == 4
+    published = _attributes(hopper_bed)
+    roots = {published[(a.node, a.device)]["resource.kubernetes.io/pcieRoot"].string for a in pod.allocations}
+    numa = {published[(a.node, a.device)]["resource.kubernetes.io/numaNode"].int for a in pod.allocations}
+    assert len(roots) == 1 and len(numa) == 1, (roots, numa)
+    node_roots = {v["resource.kubernetes.io/pcieRoot"].string for (n, _), v in published.items()
+                  if n == pod.node and "resource.kubernetes.io/pcieRoot" in v}
+    assert len(node_roots) == 2  # an 8-GPU board: two roots, so the constraint chose between them
+    # five under one root: each root has four, so no node can; pinned to the whole-GPU node to keep it quick
+    template = yaml.safe_load((EXAMPLES / "topology-one-pcie-root.yaml").read_text().split("---")[0])
+    template["metadata"]["name"] = "five-one-root"
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 5
+    pod5 = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "allreduce-5"},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": "h100-whole"},
+                     "containers": [{"name": "main", "image": "registry.invalid/trainer:1", "resources": {"claims": [{"name": "gpus"}]}}],
+                     "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "five-one-root"}]}}
+    (tmp_path / "five.yaml").write_text(yaml.safe_dump_all([template, pod5]))
+    (five,) = run_manifests(hopper_bed.api, load([tmp_path]), fleet="h100-only", minor=hopper_bed.minor).pods
+    assert five.verdict == "pending" and "cannot allocate all claims" in five.scheduler
+    assert five.reasons == ["every request matches devices, but no node has them all together with matchAttribute "
+                            "resource.kubernetes.io/pcieRoot"]
