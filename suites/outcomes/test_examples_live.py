@@ -11,6 +11,11 @@ import yaml
 from kubernetes import client
 
 from fake_gpus.catalog import get_board
+from fake_gpus.driver.faults import FAULTS_ENV
+from testbed.clusters.base import ClusterSpec
+from testbed.clusters.driver import DriverSpec
+from testbed.clusters.kwok import KwokCluster
+from testbed.clusters.layout import Layout, Mode, NodeSpec
 
 from testbed.outcomes.manifests import ManifestError, load
 from testbed.outcomes.render import summary
@@ -176,3 +181,23 @@ def test_four_gpus_under_one_pcie_root_share_it_and_five_cannot(examples: RunRes
     assert five.verdict == "pending" and "cannot allocate all claims" in five.scheduler
     assert five.reasons == ["every request matches devices, but no node has them all together with matchAttribute "
                             "resource.kubernetes.io/pcieRoot"]
+
+
+def test_the_memory_checks_bite_when_the_driver_lies(request) -> None:
+    """With the wrong-memory fault (whole GPUs publish twice their memory) the 100Gi pod runs on an H100 and
+    the reason for 256Gi names the doubled memory: the checks above read what is published, not the catalog."""
+    layout = Layout((NodeSpec("h100-whole", "h100-80gb", 2, Mode("whole")),), name="h100-lying")
+    cluster = KwokCluster("dra-testbed-outcomes-fault")
+    cluster.create(ClusterSpec(name=cluster.name, k8s=request.config.option.k8s, layout=layout,
+                               driver=DriverSpec(env={FAULTS_ENV: "wrong-memory"})), force=True)
+    api = cluster.api_client()
+    try:
+        result = run_manifests(api, load([EXAMPLES / "whole-gpu-by-memory.yaml", EXAMPLES / "cannot-schedule.yaml"]),
+                               fleet="h100-lying")
+    finally:
+        api.close()
+        cluster.delete()
+    assert _pod(result, "train-100gi").verdict == "scheduled"  # test_memory_requests_... would fail here
+    h100 = get_board("h100-80gb").memory_mib / 1024
+    (reason,) = _pod(result, "too-big").reasons
+    assert f"largest memory is {h100:.1f}Gi on h100-80gb" not in reason and f"{2 * h100:.1f}Gi" in reason
