@@ -23,10 +23,6 @@ def nvidia_node_object(node: NodeSpec) -> dict:
     return body
 
 
-def state_dir(cluster_home: Path, node: str) -> Path:
-    return Path(cluster_home) / "nvml" / node
-
-
 def start_node(api: client.ApiClient, cluster_home: Path, kubeconfig: Path, node: NodeSpec, binary: Path,
                mig_layout: dict[str, int] | None = None, env: dict[str, str] | None = None) -> plugin.NodePlugin:
     """Create the Node (if missing) and its hardware, and start its plugin (not waiting for its slices)."""
@@ -36,7 +32,7 @@ def start_node(api: client.ApiClient, cluster_home: Path, kubeconfig: Path, node
         if exc.status != 409:
             raise
     nvml = NvmlLibrary(ensure_library() / SONAME) if mig_layout else None
-    views = provision_node(state_dir(cluster_home, node.name), node.board, node.count, mig_layout, nvml)
+    views = provision_node(plugin.state_dir(cluster_home, node.name), node.board, node.count, mig_layout, nvml)
     p = plugin.node_plugin(cluster_home, node.name, views)
     p.home.mkdir(parents=True, exist_ok=True)
     plugin.start(binary, p, kubeconfig, node.mode.kind, env)

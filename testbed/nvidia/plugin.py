@@ -87,6 +87,11 @@ class NodePlugin:
             return None
 
 
+def state_dir(cluster_home: Path, node: str) -> Path:
+    """A node's fake hardware (fake-NVML state and OS views), where our publisher keeps it too."""
+    return Path(cluster_home) / "nvml" / node
+
+
 def node_plugin(cluster_home: Path, node: str, views: MachineViews) -> NodePlugin:
     return NodePlugin(node, Path(cluster_home) / "nvidia" / node, views)
 

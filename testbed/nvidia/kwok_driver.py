@@ -1,0 +1,93 @@
+"""NVIDIA's gpu-kubelet-plugin as the driver of a KWOK cluster (DriverSpec kind "binary").
+
+Hardware first: while the control plane starts, every layout node gets its fake GPUs, OS views and
+static MIG layout in `<home>/nvml/<node>` (the same place our publisher keeps them, so drivers can be
+swapped on one node's hardware). Once the Nodes exist: the DeviceClasses of NVIDIA's chart, then one
+plugin process per node and the stand-in kubelet (python -m testbed.kubelet) that registers them and
+prepares the claims of pods bound to their nodes; `wait` returns when every node's pool is published.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from fake_gpus.machine import launch
+from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.machine.provision import provision_node
+from fake_gpus.nvml.build import SONAME, ensure_library
+from testbed.clusters.base import ClusterError
+from testbed.clusters.kwok.driver import KwokDriver
+from testbed.clusters.layout import Layout
+from testbed.nvidia import plugin
+from testbed.nvidia.binary import PluginNotFound, plugin_binary
+from testbed.nvidia.classes import chart_device_classes
+from hostenv.processes import terminate
+
+KUBELET_PID, KUBELET_LOG = "standin-kubelet.pid", "standin-kubelet.log"
+
+
+class NvidiaBinaryDriver(KwokDriver):
+    """One NVIDIA plugin process per simulated node."""
+
+    def spawn(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
+        try:
+            self.binary = plugin_binary(self.spec.path)
+        except PluginNotFound as exc:
+            raise ClusterError(str(exc)) from exc
+        self.kubeconfig, self.layout = kubeconfig, layout
+        tables = launch.mig_layout_table()
+        nvml = NvmlLibrary(ensure_library() / SONAME)
+        self.views = {}
+        for node in layout.nodes:
+            mig = tables[node.board][node.mode.mig_layout] if node.mode.kind == "static-mig" else None
+            self.views[node.name] = provision_node(plugin.state_dir(home, node.name), node.board, node.count, mig, nvml)
+
+    def wait(self, home: Path) -> None:
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        try:
+            resource = client.ResourceV1Api(api)
+            for body in chart_device_classes():
+                try:
+                    resource.create_device_class(body=body)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+            plugins = []
+            for node in self.layout.nodes:
+                p = plugin.node_plugin(home, node.name, self.views[node.name])
+                p.home.mkdir(parents=True, exist_ok=True)
+                plugin.start(self.binary, p, self.kubeconfig, node.mode.kind, self.spec.env)
+                plugins.append(p)
+            self._start_kubelet(home, plugins)
+            with ThreadPoolExecutor(8) as pool:
+                for future in [pool.submit(plugin.wait_published, api, p) for p in plugins]:
+                    future.result()
+        except plugin.PluginError as exc:
+            raise ClusterError(str(exc)) from exc
+        finally:
+            api.close()
+
+    def _start_kubelet(self, home: Path, plugins: list[plugin.NodePlugin]) -> None:
+        argv = [sys.executable, "-m", "testbed.kubelet", "--kubeconfig", str(self.kubeconfig), "--driver", plugin.DRIVER]
+        for p in plugins:
+            argv += ["--node", f"{p.node}={p.registry_dir}"]
+        with open(home / KUBELET_LOG, "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=dict(os.environ), start_new_session=True)
+        (home / KUBELET_PID).write_text(f"{proc.pid}\n")
+
+    @classmethod
+    def stop(cls, home: Path) -> None:
+        try:
+            terminate(int((Path(home) / KUBELET_PID).read_text().strip()))
+        except (OSError, ValueError):
+            pass
+        (Path(home) / KUBELET_PID).unlink(missing_ok=True)
+        plugin.stop_all(home)
