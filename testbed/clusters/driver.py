@@ -64,11 +64,21 @@ class DriverSpec:
 
 
 
-def parse_driver(text: str, name: str | None = None) -> DriverSpec:
-    """`ours`, `binary:PATH` or `image:REFERENCE` (the CLI's --driver); DriverSpecError otherwise."""
+def parse_driver(text: str, name: str | None = None, binary: str | None = None) -> DriverSpec:
+    """`ours`, `nvidia` (NVIDIA's gpu-kubelet-plugin: `binary`, else $DRA_TESTBED_NVIDIA_PLUGIN),
+    `binary:PATH` or `image:REFERENCE` (the CLI's --driver); DriverSpecError otherwise."""
+    if text == "nvidia":
+        from testbed.nvidia.binary import PluginNotFound, plugin_binary
+
+        try:
+            return DriverSpec("binary", name or current_identity().driver, path=str(plugin_binary(binary)))
+        except PluginNotFound as exc:
+            raise DriverSpecError(str(exc)) from exc
+    if binary:
+        raise DriverSpecError("--driver-binary goes with --driver nvidia")
     kind, _, target = text.partition(":")
     if kind not in KINDS:
-        raise DriverSpecError(f"unknown driver {text!r}; valid: ours, binary:PATH, image:REFERENCE")
+        raise DriverSpecError(f"unknown driver {text!r}; valid: ours, nvidia, binary:PATH, image:REFERENCE")
     if kind == "binary":
         path = Path(target).expanduser()
         if not target or not path.is_file():

@@ -18,9 +18,8 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.machine import launch
 from fake_gpus.driver.inventory import NvmlLibrary
-from fake_gpus.machine.provision import provision_node
+from fake_gpus.machine.provision import provision
 from fake_gpus.nvml.build import SONAME, ensure_library
 from testbed.clusters.base import ClusterError
 from testbed.clusters.kwok.driver import KwokDriver
@@ -42,12 +41,8 @@ class NvidiaBinaryDriver(KwokDriver):
         except PluginNotFound as exc:
             raise ClusterError(str(exc)) from exc
         self.kubeconfig, self.layout = kubeconfig, layout
-        tables = launch.mig_layout_table()
         nvml = NvmlLibrary(ensure_library() / SONAME)
-        self.views = {}
-        for node in layout.nodes:
-            mig = tables[node.board][node.mode.mig_layout] if node.mode.kind == "static-mig" else None
-            self.views[node.name] = provision_node(plugin.state_dir(home, node.name), node.board, node.count, mig, nvml)
+        self.views = {node.name: provision(plugin.state_dir(home, node.name), node.hardware, nvml=nvml) for node in layout.nodes}
 
     def wait(self, home: Path) -> None:
         api = config.new_client_from_config(config_file=str(self.kubeconfig))

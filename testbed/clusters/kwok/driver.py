@@ -67,3 +67,10 @@ def kwok_driver(spec: DriverSpec) -> KwokDriver:
     if spec.kind not in DRIVERS:
         raise DriverSpecError(unsupported("kwok", spec, tuple(DRIVERS)))
     return DRIVERS[spec.kind](spec)
+
+
+# A vendor's kubelet-plugin binary runs as NVIDIA's does: a process per node (testbed/nvidia). Imported
+# last, as it builds on KwokDriver above; registered at import so that `down` stops it in any process.
+from testbed.nvidia.kwok_driver import NvidiaBinaryDriver  # noqa: E402
+
+DRIVERS["binary"] = NvidiaBinaryDriver
