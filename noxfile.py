@@ -79,3 +79,11 @@ def conformance(session: nox.Session) -> None:
                 env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "conformance-report/matrix"})
     session.run("dra-testbed", "conformance", "--backend", "kwok", "--k8s", K8S, "--driver", "gpu.nvidia.com",
                 "--report", "conformance-report/gpu.nvidia.com-kwok", success_codes=[0, 3])
+
+
+@nox.session
+def fresh(session: nox.Session) -> None:
+    """The README's test command unchanged in a throwaway Debian chroot with only Go, Python and gcc (root;
+    ~30+ min cold). `-- --keep` keeps the chroot, `-- --workdir DIR` places it."""
+    session.install("-e", ".")
+    session.run("python", "-m", "testbed.fresh", *session.posargs)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
+from typing import Callable
 
 
 def alive(pid: int) -> bool:
@@ -42,3 +45,79 @@ def terminate(pid: int, grace: float = 5.0) -> None:
         return
     while alive(pid):  # SIGKILL cannot be ignored; wait for the kernel to finish it
         time.sleep(0.02)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group `pgid`, from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":  # state, ppid, pgrp
+            members.append(int(stat.parent.name))
+    return members
+
+
+def stop_group(pgid: int, grace: float = 5.0) -> None:
+    """SIGTERM a whole process group, SIGKILL what is left of it after `grace` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            alive(pgid)  # reaps the leader when it is our child
+            if not group_members(pgid):
+                return
+            time.sleep(0.05)
+
+
+def stream(args: list[str], on_line: Callable[[str], None], *, cwd: str | os.PathLike | None = None,
+           env: dict[str, str] | None = None) -> int:
+    """Run `args` in a process group of its own, handing each line of its output to `on_line`; returns the
+    exit code. Any exception on our side (Ctrl-C, SIGTERM, a failing `on_line`) stops the whole group,
+    grandchildren included (go's compilers, debootstrap's dpkg), before it propagates."""
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    assert proc.stdout is not None
+    try:
+        with proc.stdout:
+            for line in proc.stdout:
+                on_line(line)
+        return proc.wait()
+    except BaseException:
+        stop_group(proc.pid)
+        raise
+
+
+def started_from(folder: str) -> list[int]:
+    """Processes whose program lies under `folder` (argv[0]): components a killed launcher started but
+    never recorded, found by where their binaries were copied. Never a shell that merely names the folder."""
+    prefix = folder.rstrip("/") + "/"
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            program = cmdline.read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue
+        if program.startswith(prefix):
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def run_group(args: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
+              cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run with captured text output, in a process group of its own that is stopped whole
+    on timeout or any exception (a launcher's helpers, such as kwokctl's kubectl probes, go with it)."""
+    proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_group(proc.pid)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from hostenv.processes import stream
 from testbed import progress
 
 APT_LOCK_TIMEOUT = 600  # seconds apt-get waits for another apt/dpkg run on this machine
@@ -106,10 +107,9 @@ def _run_apt(apt: list[str], args: list[str], step: progress.Step, log: Path) ->
     last_error = ""
     with log.open("a") as sink:
         sink.write(f"$ {' '.join(command)}\n")
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, env=env)
-        assert proc.stdout is not None
-        for line in proc.stdout:
+
+        def take(line: str) -> None:
+            nonlocal last_error
             sink.write(line)
             text = line.strip()
             if text.startswith(("E:", "Err:")):
@@ -117,7 +117,8 @@ def _run_apt(apt: list[str], args: list[str], step: progress.Step, log: Path) ->
             if text.startswith(("Get:", "Fetched", "Unpacking", "Setting up", "E:", "Err:")):
                 progress.note(f"[dim]  apt: {text[:110]}[/dim]")
                 step.update(text[:70])
-        return proc.wait(), last_error
+
+        return stream(command, take, env=env), last_error
 
 
 def ensure(*features: str) -> None:

@@ -139,16 +139,21 @@ class Found:
 
 
 def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = ()) -> Found:
-    """Processes whose command line names `marker`, listening `ports`, mounts under it, and files under it
-    other than the names in `keep` (lock files and the like, which a later run reuses)."""
+    """Processes whose command line names `marker`, `ports` still listened on by such a process (or by one
+    whose command line cannot be read), mounts under it, and files under it other than the names in `keep`
+    (lock files and the like, which a later run reuses)."""
     text = str(marker)
     files = []
     if marker.exists():
         files = sorted(str(p.relative_to(marker)) for p in marker.rglob("*")
                        if not p.is_dir() and p.name not in keep)
+    ours = {pid: line for pid, line in processes().items() if text in line and pid != os.getpid()}
+    # a port is ours while a process of this run holds it; on a shared machine another run may take it next
+    held = {port for pid, _, port in listeners_of(list(processes()))
+            if port in ports and (pid in ours or not _cmdline(pid))}
     return Found(
-        processes={pid: line for pid, line in processes().items() if text in line and pid != os.getpid()},
-        ports=sorted(set(ports) & listening_ports()),
+        processes=ours,
+        ports=sorted(held),
         mounts=[m for m in mounts() if m == text or m.startswith(text + "/")],
         files=files,
     )

@@ -67,7 +67,16 @@ def _ports(state: Path) -> tuple[int, ...]:
     return ()
 
 
-def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeout: float = 240) -> tuple[int, str, tuple[int, ...]]:
+def _stop(proc: subprocess.Popen) -> None:
+    """End a run that went wrong the way a runner would (SIGTERM, then SIGKILL), so it still cleans up."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeout: float = 600) -> tuple[int, str, tuple[int, ...]]:
     """Run `args` with its own state dir; send `signum` once `phase` is reached; return (exit code,
     stderr, ports the run had listened on)."""
     env = dict(os.environ, DRA_TESTBED_STATE=str(state), PYTHONPATH=str(REPO))
@@ -82,14 +91,14 @@ def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeou
         if proc.poll() is not None:
             pytest.fail(f"the run ended ({proc.returncode}) before phase {phase}: {''.join(err)[-400:]}")
         if time.monotonic() > deadline:
-            proc.kill()
+            _stop(proc)
             pytest.fail(f"phase {phase} not reached in {timeout:.0f}s")
         time.sleep(0.02)
     proc.send_signal(signum)
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _stop(proc)
         pytest.fail(f"the run did not end within {timeout:.0f}s of {signal.Signals(signum).name}")
     reader.join(10)
     return code, "".join(err), ports or _ports(state)

@@ -17,6 +17,7 @@ from typing import Callable
 
 from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
+from hostenv.processes import stream
 
 Progress = Callable[[str], None]
 
@@ -33,13 +34,12 @@ def run_go(args: list[str], cwd: Path, log: Path, progress: Progress | None, env
     with log.open("a") as sink:
         sink.write("$ " + " ".join(args) + "\n")
         sink.flush()
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        def take(line: str) -> None:
             sink.write(line)
             if progress:
                 progress(line.rstrip())
-        if proc.wait() != 0:
+
+        if stream(args, take, cwd=cwd, env=env) != 0:  # interrupted: go and its compilers are stopped
             sink.flush()
             tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
             raise BuildError(f"`{' '.join(args[:3])} ...` failed (full log: {log}):\n{tail}")

@@ -16,6 +16,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +94,9 @@ def ensure_base_image() -> str:
 
 def derive_image(base: str, overlay: Path, reference: str, changes: list[str]) -> None:
     """Image `reference`: `base` plus the tree at `overlay` as one more layer, with `changes` applied."""
-    cid = docker("create", "--pull", "never", base, "/bin/true").stdout.strip()
+    cid = f"dra-testbed-derive-{uuid.uuid4().hex[:10]}"  # named: removable even if `create` itself is interrupted
     try:
+        docker("create", "--pull", "never", "--name", cid, base, "/bin/true")
         docker("cp", f"{overlay}/.", f"{cid}:/")
         docker("commit", *[x for c in changes for x in ("--change", c)], cid, reference)
     finally:
@@ -203,8 +205,8 @@ def build_node_image(release: Release, reference: str) -> None:
                 docker("import", str(node_root), root_ref)
         name = f"dra-testbed-build-{int(time.time())}"
         with progress.step(f"assembling {reference}") as step:
-            docker("run", "--pull", "never", "-d", "--privileged", "--name", name, "--entrypoint", "sleep", root_ref, "infinity")
-            try:
+            try:  # an interruption during `docker run` itself may leave the container: the finally removes it too
+                docker("run", "--pull", "never", "-d", "--privileged", "--name", name, "--entrypoint", "sleep", root_ref, "infinity")
                 step.update("copying binaries and settings")
                 docker("cp", f"{overlay}/.", f"{name}:/")
                 step.update("configuring systemd and containerd")

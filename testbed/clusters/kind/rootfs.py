@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from hostenv.dirs import cache_root
+from hostenv.processes import stream
 from testbed import hostdeps, progress
 
 SUITE = "bookworm"
@@ -54,6 +55,36 @@ def _debootstrap() -> str:
     return shutil.which("debootstrap") or "/usr/sbin/debootstrap"
 
 
+def unmount_below(root: Path) -> None:
+    """Lazily unmount everything mounted at or under `root`, deepest first (debootstrap mounts /proc and
+    /sys in its target; a chroot may have more), so that removing `root` never reaches into the host."""
+    prefix = str(root.resolve())
+    try:
+        points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def debootstrap(root: Path, packages: tuple[str, ...], log: Path, step: progress.Step) -> None:
+    """A minimal Debian root with `packages` at `root`; on failure or interruption debootstrap and its dpkg
+    runs are stopped and nothing stays mounted under `root`."""
+    args = [_debootstrap(), "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(root), mirror()]
+    with log.open("w") as sink:
+        def take(line: str) -> None:
+            sink.write(line)
+            if line.startswith("I: "):
+                step.update(line[3:].strip()[:70])
+
+        try:
+            code = stream(args, take)
+        finally:
+            unmount_below(root)
+    if code != 0:
+        raise RootfsError(f"debootstrap failed (log: {log})")
+
+
 def ensure_rootfs(flavour: str) -> Path:
     """A tarball of a Debian root of `flavour`, built with debootstrap when not cached."""
     target = rootfs_tarball(flavour)
@@ -63,23 +94,18 @@ def ensure_rootfs(flavour: str) -> Path:
     log = target.with_suffix(".log")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{flavour}-") as tmp:
         root = Path(tmp) / "root"
-        args = [_debootstrap(), "--variant=minbase", f"--include={','.join(PACKAGES[flavour])}", SUITE, str(root), mirror()]
-        with progress.step(f"debootstrap {SUITE} ({flavour} root; log: {log})") as step, log.open("w") as sink:
-            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sink.write(line)
-                if line.startswith("I: "):
-                    step.update(line[3:].strip()[:70])
-            if proc.wait() != 0:
-                raise RootfsError(f"debootstrap failed (log: {log})")
+        with progress.step(f"debootstrap {SUITE} ({flavour} root; log: {log})") as step:
+            debootstrap(root, PACKAGES[flavour], log, step)
         # apt lists and the package cache are not needed in an image and are large
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (root / junk).glob("*"):
                 if entry.is_file():
                     entry.unlink()
         partial = target.with_suffix(".partial")
-        with progress.step(f"packing the {flavour} root"):
-            subprocess.run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(partial), "."], check=True)
-        partial.rename(target)
+        try:
+            with progress.step(f"packing the {flavour} root"):
+                subprocess.run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(partial), "."], check=True)
+            partial.rename(target)
+        finally:
+            partial.unlink(missing_ok=True)  # interrupted or failed: no half tarball
     return target

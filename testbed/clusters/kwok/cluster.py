@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.publisher import preload_api_modules
 from hostenv.dirs import state_root
-from hostenv.processes import alive, terminate
+from hostenv.processes import alive, run_group, started_from, terminate
 from hostenv.versions import release_for
 from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
@@ -48,7 +48,7 @@ class KwokCluster(Cluster):
 
     def _kwokctl(self, kwokctl: Path, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         env = dict(os.environ, KWOK_WORKDIR=str(kwok_workdir()))
-        out = subprocess.run([str(kwokctl), *args, "--name", self.name], env=env, capture_output=True, text=True, timeout=timeout)
+        out = run_group([str(kwokctl), *args, "--name", self.name], env=env, timeout=timeout)
         if check and out.returncode != 0:
             log = self.home / "kwokctl.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -244,6 +244,9 @@ class KwokCluster(Cluster):
             contexts = self.home / "kwokctl-contexts.yaml"
             self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(contexts), check=False)
         for pid in pids.values():
+            terminate(pid)
+        # a kwokctl killed half-way may have started components it never recorded: they run from its bin/
+        for pid in started_from(str(self.kwok_dir / "bin")):
             terminate(pid)
         shutil.rmtree(self.kwok_dir, ignore_errors=True)
         shutil.rmtree(self.home, ignore_errors=True)

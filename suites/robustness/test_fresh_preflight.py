@@ -1,0 +1,24 @@
+"""`nox -s fresh` says in one line why it cannot run (not root; a dockerd already running) and starts nothing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="util-linux setpriv runs the check as another user")
+def test_without_root_it_says_so_in_one_line(tmp_path: Path) -> None:
+    tmp_path.chmod(0o777)
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-I", "-c",
+                          f"import sys; sys.path.insert(0, {str(REPO)!r}); from testbed.fresh import main; "
+                          f"sys.exit(main(['--workdir', {str(tmp_path)!r}]))"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "needs root" in out.stderr
+    assert list(tmp_path.iterdir()) == []

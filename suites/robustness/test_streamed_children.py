@@ -1,0 +1,54 @@
+"""Long builds (go, debootstrap, apt) run through processes.stream: an interruption on our side stops
+the child and everything it started, so no compiler or dpkg keeps running after a Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.clusters.kind.rootfs import unmount_below
+from hostenv.processes import alive, stream
+
+# the child starts a grandchild (as go starts its compilers), reports both pids, then waits on it
+SCRIPT = "sleep 300 & echo child $$ grandchild $!; wait"
+
+
+def test_interrupt_while_streaming_stops_child_and_grandchildren() -> None:
+    seen: list[int] = []
+
+    def take(line: str) -> None:
+        seen.extend(int(word) for word in line.split() if word.isdigit())
+        raise KeyboardInterrupt  # what SIGINT/SIGTERM raise in the main thread (testbed.interrupts)
+
+    with pytest.raises(KeyboardInterrupt):
+        stream(["sh", "-c", SCRIPT], take)
+    assert len(seen) == 2
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in seen) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [pid for pid in seen if alive(pid)] == []
+
+
+def test_stream_returns_the_exit_code_and_every_line() -> None:
+    lines: list[str] = []
+    assert stream(["sh", "-c", "echo one; echo two >&2; exit 3"], lines.append) == 3
+    assert [line.strip() for line in lines] == ["one", "two"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+def test_unmount_below_leaves_nothing_mounted_under_a_root(tmp_path: Path) -> None:
+    import subprocess
+
+    root = tmp_path / "root"
+    for sub in ("proc", "inner/tmp"):
+        (root / sub).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "inner")], check=True)
+    (root / "inner" / "tmp").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "inner" / "tmp")], check=True)
+    unmount_below(root)
+    mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    assert [m for m in mounted if m.startswith(str(root))] == []
