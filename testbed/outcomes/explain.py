@@ -242,11 +242,18 @@ def nearest(expression: str, members: Sequence[Device], fleet: Fleet) -> str:
             parts.append(f"no such device has {kind[:-1] if kind == 'attributes' else kind} {name}")
             continue
         ordered = sorted(values, key=_sort_key, reverse=True)
-        shown = [f"{_show(v)} on {', '.join(sorted(values[v]))}" for v in ordered[:4]]
         if kind == "capacity" or isinstance(ordered[0], (int, Version)) and not isinstance(ordered[0], bool):
+            # the best each board offers, best board first (a partitionable H100 offers less than a whole one)
+            best: dict[str, object] = {}
+            for value in ordered:
+                for board in values[value]:
+                    best.setdefault(board, value)
+            boards = sorted(best, key=lambda b: (_sort_key(best[b]), b), reverse=True)
+            shown = [f"{_show(best[b])} on {b}" for b in boards[:4]]
             parts.append(f"largest {name} is {shown[0]}" + (f" (then {', '.join(shown[1:])})" if shown[1:] else ""))
         else:
-            parts.append(f"{name} offered: {', '.join(shown)}")
+            offered = [f"{_show(v)} on {', '.join(sorted(values[v]))}" for v in ordered[:4]]
+            parts.append(f"{name} offered: {'; '.join(offered)}")
     return "; ".join(parts) or f"candidates: {', '.join(sorted({fleet.board_of(d) for d in members}))}"
 
 
