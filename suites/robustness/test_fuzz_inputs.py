@@ -257,11 +257,14 @@ def cli_bases(folder: Path) -> dict[str, list[list[str]]]:
         "fake-nvml": [["fake-nvml", "env", "--gpus", "h100-80gb:2", "--gpus", "b200-180gb:1", "--state-dir", nvml],
                       ["fake-nvml", "env", "--gpus", "h100-nvl-94gb:8", "--state-dir", nvml]],
         "image": [["image", "build", "--k8s", "1.34", "--node-only"], ["image", "build", "--offline"], ["image", "stop-engine"]],
+        "conformance": [["conformance", "--driver", "gpu.nvidia.com", "--layout", str(layout), "--k8s", "1.34",
+                         "--report", str(folder / "report"), "--faults", "prepare-fails"],
+                        ["conformance", "--driver", "gpu.nvidia.com", "--profile", "mig", "--report", str(folder / "report")]],
     }
     return bases
 
 
-CLI_TARGETS = ("up", "replay", "fake-nvml", "image")  # `conformance` joins with a valid base once it exists
+CLI_TARGETS = ("up", "replay", "fake-nvml", "image", "conformance")
 
 
 @pytest.mark.parametrize("target", CLI_TARGETS)
