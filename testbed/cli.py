@@ -153,7 +153,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from testbed.workloads.bundle import replay
 
     bundle = Path(args.bundle)
-    if not bundle.is_dir():
+    try:
+        found = bundle.is_dir()
+    except OSError as exc:  # a name too long for the file system, and the like
+        raise UsageError(f"no replay bundle at {str(bundle)[:80]}: {exc.strerror}; expected a directory with layout.yaml and steps.json") from exc
+    if not found:
         raise UsageError(f"no replay bundle at {bundle}: expected a directory with layout.yaml and steps.json")
     try:
         return replay(bundle, k8s=args.k8s, keep=args.keep_cluster, kubeconfig=args.kubeconfig, backend=args.backend)

@@ -26,6 +26,8 @@ def cmd_env(args: argparse.Namespace) -> int:
         state.create_state_dir(state_dir, boards)
     except state.StateError as exc:
         return _fail(str(exc))
+    except OSError as exc:  # a path too long, a parent that is a file, no permission
+        return _fail(f"--state-dir {args.state_dir[:80]}: {exc.strerror}; valid: a directory path this user may create")
     try:
         lib_dir = ensure_library()
     except BuildError as exc:

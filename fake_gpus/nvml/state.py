@@ -113,7 +113,7 @@ def _gpu_records(path: Path, boards: Sequence[tuple[str, int]]) -> list[GpuRecor
                 bus_id=f"00000000:{0x18 + 3 * i:02X}:00.0",
             ))
     if len(records) > MAX_GPUS:
-        raise StateError(f"{path}: at most {MAX_GPUS} GPUs per node, asked for {len(records)}")
+        raise StateError(f"{path}: {len(records)} GPUs asked for; valid: 1 to {MAX_GPUS} GPUs per node")
     return records
 
 

@@ -74,7 +74,8 @@ def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
     naming the file and the problem."""
     for name in ("layout.yaml", "steps.json"):
         if not (directory / name).is_file():
-            raise ValueError(f"{directory} is not a replay bundle: {name} is missing")
+            raise ValueError(f"{directory} is not a replay bundle: {name} is missing; valid: a directory a failing "
+                             f"property wrote ({', '.join(FILES)})")
     version = bundle_format(directory)
     if version != FORMAT:
         raise ValueError(f"{directory} is a format {version} replay bundle; this dra-testbed replays format {FORMAT} "
