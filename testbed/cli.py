@@ -150,7 +150,7 @@ def cmd_toolchain_mirror(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from testbed.workloads.bundle import replay
+    from testbed.workloads.replay import replay
 
     bundle = Path(args.bundle)
     try:

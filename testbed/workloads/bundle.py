@@ -1,4 +1,4 @@
-"""Replay bundles: a failing workload as files, and running it again on a fresh cluster.
+"""Replay bundles as files: a failing workload written down (running one again is replay.py).
 
 A bundle directory holds `bundle.json` (its format version), `layout.yaml` (the cluster), `steps.json` (what the runner did, in order:
 enough to replay), `manifests.yaml` (the objects, for a human with kubectl), `violations.json`
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import uuid
 from pathlib import Path
 
@@ -94,46 +93,3 @@ def bundle_format(directory: Path) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{directory / 'bundle.json'}: not a bundle header ({type(exc).__name__}: {str(exc)[:80]}); "
                          f"valid: {json.dumps({'format': FORMAT})}") from exc
-
-
-def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubeconfig: str | None = None,
-           backend: str | None = None) -> int:
-    """Bring up a fresh cluster of `backend` (default: the bundle's, else kwok) with the bundle's layout and
-    driver faults (or use `kubeconfig`), re-run the steps.
-
-    Returns 1 when a property still fails, 0 when the replay passes.
-    """
-    from kubernetes import config
-
-    from fake_gpus.driver.faults import fault_env
-    from testbed.clusters.base import ClusterSpec
-    from hostenv.versions import DEFAULT_MINOR
-    from testbed.clusters.driver import DriverSpec
-    from testbed.clusters.registry import cluster_for
-    from testbed.workloads.runner import PropertyFailure, Runner
-
-    layout, steps, context = load_bundle(directory)
-    faults = context.get("faults") or ""
-    cluster = None
-    try:
-        if kubeconfig:
-            api = config.new_client_from_config(config_file=kubeconfig)
-        else:
-            cluster = cluster_for(backend or context.get("backend") or "kwok", f"prop-replay-{uuid.uuid4().hex[:6]}")
-            driver = DriverSpec(env=fault_env(faults.split(","))) if faults else DriverSpec()
-            cluster.create(ClusterSpec(name=cluster.name, k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout, driver=driver))
-            api = cluster.api_client()
-        runner = Runner(api, layout_yaml(layout), bundle_dir=None, context=context).open()
-        try:
-            runner.run_steps(steps)
-        except PropertyFailure as failure:
-            print(f"replay of {directory}: still failing\n{failure}", file=sys.stderr)
-            return 1
-        finally:
-            runner.close()
-            api.close()
-        print(f"replay of {directory}: passes ({len(steps)} steps)", file=sys.stderr)
-        return 0
-    finally:
-        if cluster is not None and not keep:
-            cluster.delete()
