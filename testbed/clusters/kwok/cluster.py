@@ -24,7 +24,7 @@ from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
-from testbed.clusters.kwok.driver import DRIVERS, kwok_driver
+from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
 from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
@@ -155,8 +155,8 @@ class KwokCluster(Cluster):
 
     def _stop_drivers(self) -> None:
         """Stop whichever driver runs (each kind's stop is a no-op when it does not)."""
-        for kind in DRIVERS.values():
-            kind.stop(self.home)
+        for kind in DRIVERS:
+            driver_class(kind).stop(self.home)
 
     def _start_control_plane(self, toolchain, spec: ClusterSpec) -> None:
         release = release_for(spec.k8s)

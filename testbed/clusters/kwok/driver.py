@@ -8,6 +8,7 @@ another `KwokDriver` in DRIVERS.
 from __future__ import annotations
 
 import abc
+import importlib
 import subprocess
 from pathlib import Path
 
@@ -59,18 +60,21 @@ class OurDriver(KwokDriver):
         launch.stop_publisher(home)
 
 
-DRIVERS: dict[str, type[KwokDriver]] = {"ours": OurDriver}
+# kind -> module:class, imported on first use: a vendor's driver (testbed/nvidia, NVIDIA's plugin as a process
+# per node) builds on KwokDriver, so importing it here at load time would be a cycle. Every kind is known
+# in any process, so that `down` stops whichever runs.
+DRIVERS: dict[str, str] = {"ours": "testbed.clusters.kwok.driver:OurDriver",
+                           "binary": "testbed.nvidia.kwok_driver:NvidiaBinaryDriver"}
+
+
+def driver_class(kind: str) -> type[KwokDriver]:
+    """The KwokDriver class of a kind in DRIVERS."""
+    module, name = DRIVERS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def kwok_driver(spec: DriverSpec) -> KwokDriver:
     """The KWOK implementation of `spec`; DriverSpecError naming the kinds KWOK runs otherwise."""
     if spec.kind not in DRIVERS:
         raise DriverSpecError(unsupported("kwok", spec, tuple(DRIVERS)))
-    return DRIVERS[spec.kind](spec)
-
-
-# A vendor's kubelet-plugin binary runs as NVIDIA's does: a process per node (testbed/nvidia). Imported
-# last, as it builds on KwokDriver above; registered at import so that `down` stops it in any process.
-from testbed.nvidia.kwok_driver import NvidiaBinaryDriver  # noqa: E402
-
-DRIVERS["binary"] = NvidiaBinaryDriver
+    return driver_class(spec.kind)(spec)
