@@ -52,9 +52,10 @@ CHECKS: tuple[Check, ...] = (
     Check("slices.pools-consistent", MUST,
           "Each pool's newest generation holds exactly resourceSliceCount slices, all agreeing on that count, with unique device names.",
           (KEP_4381,), API_SIDE, PROFILES, ("pool-count-wrong",)),
+    # parent-uuid-unstable: MIG devices name parents that are no GPU of their node
     Check("slices.node-local", MUST,
           "Node-local slices name an existing node, and each node's devices are published on that node.",
-          (KEP_4381, E2E_DRA), API_SIDE, PROFILES, ("wrong-node",)),
+          (KEP_4381, E2E_DRA), API_SIDE, PROFILES, ("wrong-node", "parent-uuid-unstable")),
     Check("slices.removed-with-node", MUST,
           "A GPU node that joins gets its slices, and its slices are removed when the node is deleted.",
           (KEP_4381, E2E_DRA), (KWOK,), ("gpu",), ("slices-outlive-node",), ("node-control",)),
@@ -94,9 +95,10 @@ CHECKS: tuple[Check, ...] = (
     Check("sched.match-attribute", MUST,
           "Two MIG requests constrained by matchAttribute parentUUID land on one GPU.",
           (KEP_4381, E2E_DRA), API_SIDE, ("dynamic-mig",), ("parent-uuid-unstable",)),
+    # parent-uuid-unstable: no partition names its GPU as parent, so none can be asked for on that GPU
     Check("sched.partitions", MUST,
           "A partition consumes its share of the GPU: the full GPU and conflicting partitions wait, and get it once the partition is freed.",
-          (KEP_4815, E2E_DRA), API_SIDE, ("dynamic-mig",), ("oversized-counters",)),
+          (KEP_4815, E2E_DRA), API_SIDE, ("dynamic-mig",), ("oversized-counters", "parent-uuid-unstable")),
     # pool-count-wrong: the scheduler leaves incomplete pools alone where the model does not;
     # renamed-attribute: generated selectors on `architecture` error in the scheduler
     Check("sched.generated", MUST,

@@ -41,6 +41,41 @@ def duration_plot(outcomes: Sequence[Outcome]) -> str:
         plt.close(fig)
 
 
+def probe_latencies(directory: Path, outcomes: Sequence[Outcome]) -> dict[str, list[float]]:
+    """Seconds from applying each probe pod to the scheduler's decision, per check (from its probes.json)."""
+    found: dict[str, list[float]] = {}
+    for o in outcomes:
+        for name in o.evidence:
+            if not name.endswith("probes.json"):
+                continue
+            try:
+                probes = json.loads((directory / name).read_text())
+            except (OSError, ValueError):
+                continue
+            found[o.id] = [p["seconds"] for p in probes.values() if isinstance(p, dict) and "seconds" in p]
+    return {k: v for k, v in found.items() if v}
+
+
+def latency_plot(latencies: dict[str, list[float]]) -> str:
+    """Each scheduling probe's time to a decision, one row per check, as a base64 PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(latencies) + 1))
+    try:
+        for row, (check, seconds) in enumerate(latencies.items()):
+            ax.scatter(seconds, [row] * len(seconds), color="#1565c0")
+        ax.set_yticks(range(len(latencies)), list(latencies))
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds from apply to the scheduler's decision")
+        ax.set_title("scheduling probes")
+        return _png(fig)
+    finally:
+        plt.close(fig)
+
+
 def _evidence(directory: Path, outcome: Outcome) -> list[dict]:
     shown = []
     for name in outcome.evidence:
@@ -59,4 +94,5 @@ def render_html(directory: Path, outcomes: Sequence[Outcome], info) -> str:
     return env.get_template("conformance.html.j2").render(
         verdict=verdict(outcomes), outcomes=outcomes, failures=failures, info=info, colours=COLOURS,
         counts={v: sum(o.verdict == v for o in outcomes) for v in (PASS, FAIL, ERROR, NOT_RUN)},
-        plot=duration_plot(outcomes) if outcomes else None, seeds=json.dumps(info.seeds, sort_keys=True))
+        plot=duration_plot(outcomes) if outcomes else None, seeds=json.dumps(info.seeds, sort_keys=True),
+        latency=latency_plot(latencies) if (latencies := probe_latencies(directory, outcomes)) else None)

@@ -4,6 +4,7 @@ explain" module (testbed/outcomes: Applier, settle), then read back as the sched
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ class Probe:
     unschedulable: bool
     results: list[dict]  # allocation results: request, driver, pool, device
     message: str = ""
+    seconds: float = 0.0  # from applying the pod until the scheduler's decision was seen
 
     @property
     def scheduled(self) -> bool:
@@ -53,7 +55,7 @@ class Probe:
 
     def as_dict(self) -> dict:
         return {"pod": self.pod, "node": self.node, "unschedulable": self.unschedulable, "results": self.results,
-                "message": self.message}
+                "message": self.message, "seconds": round(self.seconds, 3)}
 
 
 def start(subject: Subject, namespace: str, requests: list[dict], node: str | None = None,
@@ -111,18 +113,25 @@ def settle(subject: Subject, namespace: str, pod_name: str, timeout: float = SET
 
 def run(subject: Subject, namespace: str, requests: list[dict], node: str | None = None,
         constraints: list[dict] | None = None) -> Probe:
-    """start + settle."""
-    return settle(subject, namespace, start(subject, namespace, requests, node, constraints))
+    """start + settle, timed."""
+    began = time.monotonic()
+    probe = settle(subject, namespace, start(subject, namespace, requests, node, constraints))
+    probe.seconds = time.monotonic() - began
+    return probe
 
 
 def wait_any_scheduled(subject: Subject, namespace: str, pods: list[str], timeout: float = 30.0) -> Probe | None:
-    """The probe of the first of `pods` to be scheduled, or None when none is after `timeout` seconds."""
+    """The probe of the first of `pods` to be scheduled (seconds: since this call), or None when none is
+    after `timeout` seconds."""
+    began = time.monotonic()
     try:
         pod = wait_for(subject.core.list_namespaced_pod, lambda p: p.metadata.name in pods and bool(p.spec.node_name),
                        namespace=namespace, timeout=timeout, what=f"one of {pods} scheduled")
     except AssertionError:
         return None
-    return settle(subject, namespace, pod.metadata.name)
+    probe = settle(subject, namespace, pod.metadata.name)
+    probe.seconds = time.monotonic() - began
+    return probe
 
 
 def delete(subject: Subject, namespace: str, pod_name: str, timeout: float = 60.0) -> None:

@@ -55,7 +55,7 @@ def _in_namespace(subject: Subject, evidence: Evidence, body) -> None:
     try:
         body(namespace, seen)
     finally:
-        evidence.write("probes.json", seen)
+        evidence.write("probes.json", {k: v.as_dict() if isinstance(v, probes.Probe) else v for k, v in seen.items()})
         subject.drop_namespace(namespace)
 
 
@@ -124,18 +124,23 @@ class PartitionableGpu:
 
 
 def partitionable_gpu(subject: Subject, inventory: Inventory) -> PartitionableGpu:
-    """A partitionable GPU: its node, UUID (its partitions' parentUUID) and its largest and smallest profiles."""
-    by_parent: dict[tuple[str, str], list[Device]] = defaultdict(list)
+    """A partitionable GPU: the full GPU and the MIG devices consuming one counter set; its node, UUID and
+    its largest and smallest profiles."""
+    by_set: dict = defaultdict(list)
     for d in inventory.devices.values():
-        if d.consumes and d.attribute("type") == "mig" and d.attribute("parentUUID") and d.node:
-            by_parent[(d.node, str(d.attribute("parentUUID")))].append(d)
-    full = {str(d.attribute("uuid")) for d in inventory.devices.values() if d.consumes and d.attribute("type") == "gpu"}
-    candidates = sorted(k for k in by_parent if k[1] in full)
+        for set_id, _ in d.consumes:
+            by_set[set_id].append(d)
+    candidates = []
+    for set_id, devices in sorted(by_set.items(), key=lambda kv: str(kv[0])):
+        full = [d for d in devices if d.attribute("type") == "gpu" and d.attribute("uuid") and d.node]
+        migs = sorted((d for d in devices if d.attribute("type") == "mig" and d.attribute("profile")),
+                      key=lambda d: d.capacity_of("memory") or 0)
+        if full and migs:
+            candidates.append(PartitionableGpu(full[0].node, str(full[0].attribute("uuid")),
+                                               str(migs[-1].attribute("profile")), str(migs[0].attribute("profile"))))
     if not candidates:
         raise NotRun("no partitionable GPU (a full GPU and MIG devices consuming one counter set) is published")
-    node, parent = candidates[0]
-    devices = sorted(by_parent[(node, parent)], key=lambda d: d.capacity_of("memory") or 0)
-    return PartitionableGpu(node, parent, str(devices[-1].attribute("profile")), str(devices[0].attribute("profile")))
+    return candidates[0]
 
 
 def match_attribute(subject: Subject, evidence: Evidence) -> None:
