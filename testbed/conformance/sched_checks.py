@@ -14,13 +14,14 @@ from testbed.conformance import probes
 from testbed.conformance.outcome import CheckFailed, Evidence, NotRun
 from testbed.conformance.subject import Subject
 from testbed.workloads.devices import Device, Inventory
+from testbed.workloads.truth import board_of
 
 MIB = 2**20
 
 
 @dataclass
 class WholeNode:
-    """A node with whole (non-partitionable) GPUs of one product."""
+    """A node with whole (non-partitionable) GPUs of one product, and that product's real memory."""
 
     name: str
     product: str
@@ -37,7 +38,9 @@ def whole_node(subject: Subject, inventory: Inventory) -> WholeNode:
     if not groups:
         raise NotRun("no node publishes whole GPUs")
     (node, product), devices = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))
-    memory = min(int(d.capacity_of("memory")) for d in devices) // MIB
+    board = board_of(devices[0])
+    # the product's memory as NVML reports it (NVIDIA's tables), so a driver overstating it is caught
+    memory = board.memory_mib if board else min(int(d.capacity_of("memory")) for d in devices) // MIB
     return WholeNode(node, product, memory, sorted(d.id.device for d in devices))
 
 
