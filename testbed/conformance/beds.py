@@ -60,7 +60,7 @@ def kwok_bed(layout: Layout, k8s: str, driver: str, env: dict[str, str] | None =
     cluster = cluster_for("kwok", name)
     env = dict(env or {})
     try:
-        our_driver = DriverSpec(env=env)
+        our_driver = DriverSpec(name=driver, env=env)
         kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=Layout((), name=layout.name), driver=our_driver))
         api = cluster.api_client()
 

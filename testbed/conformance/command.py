@@ -62,8 +62,8 @@ def _validate(args: argparse.Namespace):
     if args.driver_binary and not Path(args.driver_binary).is_file():
         raise ConformanceUsageError(f"no driver binary at {args.driver_binary}")
     if args.driver_binary or args.driver_image:
-        raise ConformanceUsageError("running a vendor's driver on a test bed needs the driver seam of ClusterSpec (DriverSpec), "
-                                    "not in this version; valid now: our driver on --backend kwok|kind, or any driver on --kubeconfig")
+        raise ConformanceUsageError("--driver-binary/--driver-image are not wired to the conformance bed yet (the seam is "
+                                    "testbed/clusters/driver.py); valid now: our driver on --backend kwok, or any driver on --kubeconfig")
     try:
         faults = parse_faults(args.faults)
     except UnknownFaultError as exc:
