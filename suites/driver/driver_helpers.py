@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import uuid
 
+from fake_gpus.catalog import load_catalog
 from fake_gpus.driver.identity import current_identity, parse_device_name
+from fake_gpus.node import hardware_from_labels
 from testbed.pytest_plugin import TestBed
 from testbed.waiting import wait_for
 
 IDENTITY = current_identity()
-MEMORY_SLICES = 8
 
 
 def attr(name: str) -> str:
@@ -78,13 +79,21 @@ def published_devices(bed: TestBed, pool: str) -> dict[str, object]:
 def overlapping_allocations(bed: TestBed, namespace: str) -> list[tuple[str, str, str]]:
     """Pairs of allocated devices sharing memory slices of one physical GPU: (pool, device, device).
 
-    The placement is the device's true one (its name, as the driver's naming scheme spells it), looked
-    up in the pool's slices; a full GPU covers all slices. A correct driver's counters make this empty."""
+    The placement is the device's true one: its start as the name spells it, its size the memory slices
+    of that profile on the node's board (the hardware's truth, not what the driver declares); a full GPU
+    covers all slices. A correct driver's counters make this empty."""
+    catalog = load_catalog()
     spans: list[tuple[str, int, range, str]] = []
     for pool, device in allocated_devices(bed, namespace):
         assert device in published_devices(bed, pool), f"{device} allocated but not published in pool {pool}"
+        hardware = hardware_from_labels(bed.core.read_node(pool).metadata.labels)
+        assert hardware is not None, f"pool {pool} is not a node of this test bed"
+        board = catalog[hardware.board]
         ref = parse_device_name(device)
-        span = range(ref.start, ref.start + ref.size) if ref.is_mig else range(MEMORY_SLICES)
+        if ref.is_mig:
+            span = range(ref.start, ref.start + board.profile_by_id(ref.profile_id).memory_slices)
+        else:
+            span = range(board.memory_slices)
         spans.append((pool, ref.minor, span, device))
     overlaps = []
     for i, (pool, minor, span, device) in enumerate(spans):
