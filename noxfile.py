@@ -26,6 +26,8 @@ def _prepare(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Every suite: unit, fake NVML, driver, and the live-cluster suites on a KWOK test bed."""
     _prepare(session)
+    # the upstream DRA smoke (suites/upstream) needs e2e.test: built through the toolchain, cached per release
+    session.run("dra-testbed", "upstream-e2e", "--build-only", "--k8s", K8S)
     session.run("python", "-m", "pytest", "suites", "-q", "-ra", "--k8s", K8S, *session.posargs)
 
 
@@ -87,3 +89,13 @@ def fresh(session: nox.Session) -> None:
     ~30+ min cold). `-- --keep` keeps the chroot, `-- --workdir DIR` places it."""
     session.install("-e", ".")
     session.run("python", "-m", "testbed.fresh", *session.posargs)
+
+
+@nox.session
+def upstream(session: nox.Session) -> None:
+    """Kubernetes' own DRA e2e suite (test/e2e/dra): builds and caches e2e.test of the minor, runs the control-plane
+    group on a KWOK bed and writes junit.xml and summary.json to reports/upstream/kwok-MINOR/. Arguments after `--`
+    go to `dra-testbed upstream-e2e` instead (e.g. `-- --backend kind --focus REGEX`)."""
+    _prepare(session)
+    args = session.posargs or ["--backend", "kwok", "--k8s", K8S, "--report", f"reports/upstream/kwok-{K8S}"]
+    session.run("dra-testbed", "upstream-e2e", *args)

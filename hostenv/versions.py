@@ -27,8 +27,9 @@ class Release:
         return "v0." + self.kubernetes.removeprefix("v1.")
 
     def project_version(self, project: str) -> str:
-        """The pinned version of `kubernetes`, `etcd`, `kwok` or `kind`."""
-        return {"kubernetes": self.kubernetes, "etcd": self.etcd, "kwok": self.kwok, "kind": self.kind}[project]
+        """The pinned version of `kubernetes` (and its `kubernetes-test` binaries), `etcd`, `kwok` or `kind`."""
+        return {"kubernetes": self.kubernetes, "kubernetes-test": self.kubernetes, "etcd": self.etcd, "kwok": self.kwok,
+                "kind": self.kind}[project]
 
 
 # Patch releases are the newest that the Go module proxy serves for each minor; etcd follows

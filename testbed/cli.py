@@ -232,12 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.clusters.kind.image_cli import register as register_images
     from testbed.density.cli import register as register_density
     from testbed.conformance.command import register as register_conformance
+    from testbed.upstream.command import register as register_upstream
 
     register_fake_nvml(sub)
     register_images(sub)
     register_try(sub, _minor)
     register_density(sub)
     register_conformance(sub)
+    register_upstream(sub, _minor, _cluster_name)
     return parser
 
 

@@ -93,13 +93,20 @@ def _wrapper_module(workdir: Path, requires: dict[str, str], replaces: dict[str,
         (workdir / "main.go").write_text(main)
 
 
-def build_kubernetes(version: str, staging_version: str, binaries: tuple[str, ...], out: Path, log: Path, progress: Progress | None) -> None:
-    """Build Kubernetes binaries (kube-apiserver, kubelet, ...) of `version` into `out`."""
-    work = _workdir(f"kubernetes-{version}")
+def kubernetes_wrapper(name: str, version: str, staging_version: str, imports: list[str], log: Path) -> tuple[Path, Path]:
+    """A fresh wrapper module requiring k8s.io/kubernetes `version` (staging modules pinned) that imports
+    `imports`; returns the module's directory and the k8s.io/kubernetes module's source directory."""
+    work = _workdir(name)
     info = _module_info("k8s.io/kubernetes", version, work, log)
     replaces = {mod: staging_version for mod in staging_modules(Path(info["GoMod"]).read_text())}
+    _wrapper_module(work, {"k8s.io/kubernetes": version}, replaces, imports, None)
+    return work, Path(info["Dir"])
+
+
+def build_kubernetes(version: str, staging_version: str, binaries: tuple[str, ...], out: Path, log: Path, progress: Progress | None) -> None:
+    """Build Kubernetes binaries (kube-apiserver, kubelet, ...) of `version` into `out`."""
     packages = [f"k8s.io/kubernetes/cmd/{b}" for b in binaries]
-    _wrapper_module(work, {"k8s.io/kubernetes": version}, replaces, packages, None)
+    work, _ = kubernetes_wrapper(f"kubernetes-{version}", version, staging_version, packages, log)
     env = go_env(CGO_ENABLED="0")
     run_go([go_binary(), "mod", "tidy"], work, log, progress, env)
     run_go([go_binary(), "build", "-v", "-trimpath", "-ldflags", kubernetes_ldflags(version), "-o", str(out) + "/", *packages], work, log, progress, env)

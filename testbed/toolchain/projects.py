@@ -42,6 +42,8 @@ class Project:
     binaries: tuple[str, ...]
     version_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     download: Callable[[str, str, dict[str, str]], DownloadSpec] | None = None
+    # builds the binaries of (release, version) into the staging dir, logging to the log; None: the built-in builds
+    build: Callable[..., None] | None = None
 
     def version_command(self, binary: str) -> tuple[str, ...]:
         """Arguments that make `binary` print its version."""
@@ -50,6 +52,12 @@ class Project:
     def expected_version_text(self, version: str) -> str:
         """Text a binary of this release prints when asked for its version."""
         return version.removeprefix("v") if self.name in ("etcd", "kind", "kwok") else version
+
+
+def kubernetes_test_download(binary: str, version: str, bases: dict[str, str]) -> DownloadSpec:
+    """The official test tarball of a release, which holds e2e.test (the full suite)."""
+    url = f"{bases['k8s']}/release/{version}/kubernetes-test-linux-{go_arch()}.tar.gz"
+    return DownloadSpec(url=url, checksum_url=url + ".sha256", member=f"kubernetes/test/bin/{binary}")
 
 
 def _kubernetes_download(binary: str, version: str, bases: dict[str, str]) -> DownloadSpec:

@@ -99,7 +99,9 @@ def _build_release(project: Project, release: Release, version: str, staging: Pa
     title = f"building {project.name} {version} from Go modules (log: {log})"
     with progress.step(title) as current:
         tick = current.tick
-        if project.name == "kubernetes":
+        if project.build is not None:
+            project.build(release, version, staging, log, tick)
+        elif project.name == "kubernetes":
             gobuild.build_kubernetes(version, release.staging, project.binaries, staging, log, tick)
         elif project.name == "etcd":
             gobuild.build_etcd(version, project.binaries, staging, log, tick)

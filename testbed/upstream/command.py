@@ -1,0 +1,91 @@
+"""`dra-testbed upstream-e2e`: Kubernetes' own DRA e2e suite against a test bed, with a per-group summary.
+
+Builds (once per release, cached) `e2e.test`, brings up a bed (or takes --kubeconfig), counts the selected
+specs with `--ginkgo.dry-run`, runs them, writes junit.xml, report.json and summary.json to --report and
+prints the table. Exit 0 when every selected spec passed or failed as excepted and the totals add up,
+1 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from rich.console import Console
+
+from hostenv.versions import DEFAULT_MINOR
+
+BACKENDS = ("kwok", "kind")
+DEFAULT_NAME = "upstream-e2e"  # never the shared default names: other sessions' beds use those
+LAYOUT = Path(__file__).resolve().parents[2] / "clusters" / "layouts" / "mixed-h100-b200.yaml"
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid regular expression ({exc})")
+    return text
+
+
+@contextmanager
+def test_bed(backend: str, name: str, minor: str, kubeconfig: str | None, keep: bool) -> Iterator[Path]:
+    """The kubeconfig of `kubeconfig`, else of a fresh bed of the default layout, torn down afterwards unless `keep`."""
+    if kubeconfig:
+        yield Path(kubeconfig)
+        return
+    from testbed.clusters.base import ClusterSpec
+    from testbed.clusters.layout import load_layout
+    from testbed.clusters.registry import cluster_for
+
+    cluster = cluster_for(backend, name)
+    try:
+        yield cluster.create(ClusterSpec(name=name, k8s=minor, layout=load_layout(LAYOUT)), force=True)
+    finally:
+        if not keep:
+            cluster.delete()
+
+
+def cmd_upstream(args: argparse.Namespace) -> int:
+    from testbed.upstream import exceptions, report
+    from testbed.upstream.binary import ensure_e2e
+    from testbed.upstream.run import DEFAULT_SKIP, Selection, run_suite
+
+    if args.kubeconfig and not Path(args.kubeconfig).is_file():
+        print(f"dra-testbed upstream-e2e: error: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
+        return 2
+    if args.build_only:
+        print(ensure_e2e(args.k8s))
+        return 0
+    excepted = exceptions.load(Path(args.exceptions)) if args.exceptions else exceptions.load()
+    selection = Selection(args.focus, DEFAULT_SKIP[args.backend] if args.skip is None else args.skip)
+    folder = Path(args.report or f"upstream-report/{args.backend}-{args.k8s}")
+    binary = ensure_e2e(args.k8s)
+    with test_bed(args.backend, args.name, args.k8s, args.kubeconfig, args.keep) as kubeconfig:
+        summary = run_suite(binary, kubeconfig, selection, folder, minor=args.k8s, backend=args.backend,
+                            exceptions=excepted, timeout_min=args.timeout)
+    report.write(summary, folder)
+    report.table(summary, Console())
+    print(f"junit: {folder / 'junit.xml'}; summary: {folder / 'summary.json'}", file=sys.stderr)
+    return 0 if summary.ok else 1
+
+
+def register(sub: argparse._SubParsersAction, minor_type, name_type) -> None:
+    """Add `upstream-e2e` to the `dra-testbed` parser."""
+    p = sub.add_parser("upstream-e2e", help="run Kubernetes' own DRA e2e tests (test/e2e/dra) against a test bed")
+    p.add_argument("--backend", choices=BACKENDS, default="kwok", help="test bed to bring up (default kwok: the control-plane group)")
+    p.add_argument("--k8s", type=minor_type, default=DEFAULT_MINOR, help=f"Kubernetes minor (default {DEFAULT_MINOR})")
+    p.add_argument("--focus", type=_regex, default=r"\[DRA\]", help=r"Ginkgo focus regex (default \[DRA\])")
+    p.add_argument("--skip", type=_regex, default=None, help="Ginkgo skip regex (default: per backend)")
+    p.add_argument("--report", metavar="DIR", help="where junit.xml and summary.json go (default upstream-report/BACKEND-MINOR)")
+    p.add_argument("--name", type=name_type, default=DEFAULT_NAME, help=f"name of the bed brought up (default {DEFAULT_NAME})")
+    p.add_argument("--kubeconfig", help="run against this existing cluster instead of bringing one up")
+    p.add_argument("--exceptions", metavar="FILE", help="expected failures (default: testbed/upstream/exceptions.yaml)")
+    p.add_argument("--timeout", type=int, default=60, help="minutes the suite may take (default 60)")
+    p.add_argument("--keep", action="store_true", help="leave the bed running afterwards")
+    p.add_argument("--build-only", action="store_true", help="only make sure e2e.test of the minor is cached; print its path")
+    p.set_defaults(func=cmd_upstream)

@@ -1,0 +1,81 @@
+"""Running the upstream DRA suite (`e2e.test`) against a kubeconfig: a dry run for the count, then the run."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import progress
+from testbed.upstream.exceptions import Exception_
+from testbed.upstream.report import Summary, read_specs, summarise
+
+DRA_FOCUS = r"\[DRA\]"
+# KWOK has no kubelets: only the control-plane group runs there. On kind everything runs but the
+# long and serial specs and the alpha ones (their gates are off on our beds).
+DEFAULT_SKIP = {
+    "kwok": r"\[Feature:DynamicResourceAllocation\]|\[Feature:OffByDefault\]|\[Serial\]|\[Slow\]",
+    "kind": r"\[Feature:OffByDefault\]|\[Serial\]|\[Slow\]",
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which specs: Ginkgo focus and skip regexes (RE2)."""
+
+    focus: str = DRA_FOCUS
+    skip: str = ""
+
+    def args(self) -> list[str]:
+        return [f"--ginkgo.focus={self.focus}"] + ([f"--ginkgo.skip={self.skip}"] if self.skip else [])
+
+
+def _base(binary: Path, kubeconfig: Path, selection: Selection) -> list[str]:
+    return [str(binary), f"--kubeconfig={kubeconfig}", "--provider=skeleton", "--ginkgo.no-color", *selection.args()]
+
+
+def dry_run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path) -> Path:
+    """`--ginkgo.dry-run` with the selection; returns its JSON report (selected specs show as passed)."""
+    report = folder / "dry-run.json"
+    log = folder / "dry-run.log"
+    with log.open("w") as sink:
+        subprocess.run([*_base(binary, kubeconfig, selection), "--ginkgo.dry-run", f"--ginkgo.json-report={report}"],
+                       stdout=sink, stderr=subprocess.STDOUT, check=False, timeout=300)
+    if not report.is_file():
+        raise RuntimeError(f"e2e.test --ginkgo.dry-run wrote no report (log: {log})")
+    return report
+
+
+def run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, timeout_min: int) -> Path:
+    """The run itself: junit.xml and report.json in `folder`, the suite's output in e2e.log, progress per spec."""
+    report = folder / "report.json"
+    log = folder / "e2e.log"
+    args = [*_base(binary, kubeconfig, selection), "--ginkgo.v", f"--ginkgo.timeout={timeout_min}m",
+            f"--ginkgo.junit-report={folder / 'junit.xml'}", f"--ginkgo.json-report={report}", f"--report-dir={folder}"]
+    with progress.step(f"upstream DRA e2e (log: {log})") as current, log.open("w") as sink:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                sink.write(line)
+                # Ginkgo -v closes every spec with a line starting "•" (passed) or a "[FAILED]"/"[SKIPPED]" marker
+                if line.startswith("•") or line.startswith("S [SKIPPED]"):
+                    current.tick(line.strip())
+                else:
+                    current.update(f"{current.count} specs done")
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait()
+    if not report.is_file():
+        raise RuntimeError(f"e2e.test wrote no report (log: {log})")
+    return report
+
+
+def run_suite(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, *, minor: str, backend: str,
+              exceptions: list[Exception_], timeout_min: int = 60) -> Summary:
+    """Dry run, run, and the summary of both."""
+    folder.mkdir(parents=True, exist_ok=True)
+    selected = read_specs(dry_run(binary, kubeconfig, selection, folder))
+    done = read_specs(run(binary, kubeconfig, selection, folder, timeout_min))
+    return summarise(minor, backend, selected, done, exceptions)
