@@ -21,12 +21,12 @@ from testbed.clusters.kwok import KwokCluster
 pytestmark = pytest.mark.cluster
 
 
-def test_running_publisher_driver_half_never_reads_the_catalog(tmp_path: Path) -> None:
+def test_running_publisher_driver_half_never_reads_the_catalog(bed, tmp_path: Path) -> None:
     reports = tmp_path / "modules"
     nodes = ["mod-static=h100-80gb:1:static-mig:all-balanced", "mod-dyn=h100-80gb:1:dynamic-mig", "mod-whole=b200-180gb:1:whole"]
-    with driver_cluster("1.34", nodes, env={REPORT_ENV: str(reports)}) as bed:
-        pid = int((KwokCluster(bed.name).home / "publisher.pid").read_text())
-        assert len(bed.resource.list_resource_slice().items) >= 3  # the first publish is done
+    with driver_cluster(bed, "modules", nodes, env={REPORT_ENV: str(reports)}) as testbed:
+        pid = int((KwokCluster(testbed.name).home / "publisher.pid").read_text())
+        assert len(testbed.resource.list_resource_slice().items) >= 3  # the first publish is done
         target = reports / f"{pid}.json"
         os.kill(pid, signal.SIGUSR1)
         deadline = time.monotonic() + 30

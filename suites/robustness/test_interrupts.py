@@ -76,11 +76,19 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+def _default_signals() -> None:
+    """The run starts as from a terminal: a runner that ignores SIGHUP (nohup, some CI agents) must not
+    hand that to the run, where the CLI rightly keeps an ignored signal ignored and the test would wait."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeout: float = 600) -> tuple[int, str, tuple[int, ...]]:
     """Run `args` with its own state dir; send `signum` once `phase` is reached; return (exit code,
     stderr, ports the run had listened on)."""
     env = dict(os.environ, DRA_TESTBED_STATE=str(state), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                            preexec_fn=_default_signals)
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
     reader.start()
