@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 import uuid
@@ -12,7 +11,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.catalog import get_board
-from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver.identity import current_identity, parse_device_name
 from fake_gpus.nvml.state import validate_state_dir
 from testbed.clusters.kind.driver import DRIVER_NAMESPACE
 from testbed.namespaces import create_namespace
@@ -101,11 +100,11 @@ def delete_pod(bed, namespace: str, name: str, layout_node: str) -> None:
 
 
 def placement_of(device: str) -> tuple[int, int]:
-    """(start, size) from a MIG device name `gpu-<minor>-mig-<profile>-<start>[-<end>]`."""
-    match = re.search(r"-(\d+)(?:-(\d+))?$", device)
-    assert match, device
-    start = int(match.group(1))
-    return start, (int(match.group(2)) - start + 1) if match.group(2) else 1
+    """(start, size) of a MIG device of the H100 workers: its start as the name `gpu-<minor>-mig-<profile>-<profile
+    id>-<start>` spells it, its size the memory slices of that profile on the board."""
+    ref = parse_device_name(device)
+    assert ref.is_mig, device
+    return ref.start, H100.profile_by_id(ref.profile_id).memory_slices
 
 
 def gpu_instances(bed, layout_node: str) -> list[tuple[int, int, int]]:
