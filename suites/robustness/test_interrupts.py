@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hostenv import processes
 from testbed import leftovers
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -119,10 +120,19 @@ def assert_nothing_left(state: Path, ports: tuple[int, ...]) -> None:
     assert not found, f"left behind: {found.summary()}"
 
 
+@pytest.fixture
+def state(tmp_path: Path):
+    """The run's state directory. Whatever a failed case left running there is stopped afterwards, so one
+    failure cannot leave a cluster running through the rest of the suite."""
+    path = tmp_path / "state"
+    yield path
+    for pid in leftovers.scan(path, keep=KEEP).processes:
+        processes.terminate(pid)
+
+
 @pytest.mark.parametrize("phase", UP_PHASES, ids=str)
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_signal_during_up_cleans_up_everything(tmp_path: Path, phase: Phase, signum: int) -> None:
-    state = tmp_path / "state"
+def test_signal_during_up_cleans_up_everything(state: Path, phase: Phase, signum: int) -> None:
     code, err, ports = interrupt_at([sys.executable, "-m", "testbed.cli", "up", "--name", NAME, *NODES], state, phase, signum)
     assert "Traceback" not in err
     if code == -signum:  # died of it before the CLI installed its handlers: nothing had started yet
@@ -150,7 +160,7 @@ SESSION_PHASES = (
 
 @pytest.mark.parametrize("phase", SESSION_PHASES, ids=str)
 @pytest.mark.parametrize("signum", (signal.SIGTERM, signal.SIGHUP), ids=lambda s: signal.Signals(s).name)
-def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, phase: Phase, signum: int) -> None:
+def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, state: Path, phase: Phase, signum: int) -> None:
     """The session fixture's cluster goes away when pytest is stopped by SIGTERM or SIGHUP."""
     folder = tmp_path / "session"
     folder.mkdir()
@@ -159,6 +169,6 @@ def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, phase
     layout.write_text(yaml.safe_dump({"nodes": [{"name": "g0", "board": "h100-80gb", "count": 2}]}))
     args = [sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
             "--rootdir", str(folder), "--cluster-name", NAME, "--layout", str(layout), str(folder / "test_hold.py")]
-    code, err, ports = interrupt_at(args, tmp_path / "state", phase, signum)
+    code, err, ports = interrupt_at(args, state, phase, signum)
     assert code != 0
-    assert_nothing_left(tmp_path / "state", ports)
+    assert_nothing_left(state, ports)
