@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from testbed.clusters.kwok.nodes import node_object  # noqa: E402
 from testbed.clusters.layout import NodeSpec, from_flags, parse_mode  # noqa: E402
 from testbed.nvidia import nodes, plugin  # noqa: E402
 from testbed.nvidia.binary import PluginNotFound, plugin_binary  # noqa: E402
+from hostenv.processes import terminate  # noqa: E402
 from hostenv.versions import DEFAULT_MINOR  # noqa: E402
 
 MODE = "dynamic-mig"
@@ -123,12 +123,7 @@ def main() -> int:
         for p in started:
             plugin.remove(p)
         if ours_plugin is not None:
-            ours_plugin.send_signal(signal.SIGTERM)
-            try:
-                ours_plugin.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                ours_plugin.kill()
-                ours_plugin.wait()
+            terminate(ours_plugin.pid, grace=30)
         cluster.delete()
         shutil.rmtree(root, ignore_errors=True)
 

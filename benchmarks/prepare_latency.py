@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
 from fake_gpus.driver.kubeletplugin.protos import load  # noqa: E402
 from fake_gpus.nvml import state  # noqa: E402
 from fake_gpus.nvml.build import ensure_library  # noqa: E402
+from hostenv.processes import terminate  # noqa: E402
 from hostenv.versions import DEFAULT_MINOR  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
 from testbed.clusters.kwok import KwokCluster  # noqa: E402
@@ -135,12 +135,7 @@ def main() -> int:
         return 0
     finally:
         if plugin is not None:
-            plugin.send_signal(signal.SIGTERM)
-            try:
-                plugin.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                plugin.kill()
-                plugin.wait()
+            terminate(plugin.pid, grace=30)
         cluster.delete()
         shutil.rmtree(root, ignore_errors=True)
 
