@@ -85,8 +85,9 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def fresh(session: nox.Session) -> None:
-    """The README's test command unchanged in a throwaway Debian chroot with only Go, Python and gcc (root;
-    ~30+ min cold). `-- --keep` keeps the chroot, `-- --workdir DIR` places it."""
+    """The README's test command, then its main command, unchanged in a throwaway Debian chroot (its own network
+    namespace) with only Go, Python and gcc (root; an hour or more cold). `-- --keep` keeps the chroot,
+    `-- --workdir DIR` places it, `-- --sessions tests` runs only the test command."""
     session.install("-e", ".")
     session.run("python", "-m", "testbed.fresh", *session.posargs)
 

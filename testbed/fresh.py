@@ -7,8 +7,8 @@ clean clone of the current commit. Everything else (docker.io, debootstrap, libs
 toolchain, images) must be installed or built by the project inside. Afterwards every process whose root
 is the chroot is stopped, every mount under it undone and the chroot removed.
 
-Needs root (debootstrap, chroot, mounts). It starts its own dockerd inside, so no other dockerd may run
-on the host meanwhile (both would manage the same iptables chains and bridge).
+Needs root (debootstrap, chroot, mounts). The chroot runs in a network namespace of its own
+(testbed/freshnet.py): the dockerd and kind networks it starts do not meet any dockerd of the host.
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from pathlib import Path
 
 from hostenv.processes import stream, terminate
 from testbed import leftovers, progress
+from testbed.freshnet import private_network
 from testbed.clusters.kind.rootfs import debootstrap, unmount_below
 
-README_TEST_COMMAND = "python3 -m pip install --quiet nox && python3 -m nox -s tests"
+README_COMMANDS = {session: f"python3 -m pip install --quiet nox && python3 -m nox -s {session}" for session in ("tests", "e2e")}
+# the test input CI gives (.ci/run): NVIDIA's plugin, copied in beside the clone, never into it
+NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN", "/work/shared/vendor/dra-driver-nvidia-gpu/gpu-kubelet-plugin"))
 PACKAGES = ("gcc", "libc6-dev", "make", "binutils", "git", "ca-certificates", "procps", "iproute2")
 MOUNTS = (("proc", "proc", None), ("sysfs", "sys", None), (None, "dev", "/dev"), (None, "dev/pts", "/dev/pts"),
           (None, "sys/fs/cgroup", "/sys/fs/cgroup"), ("tmpfs", "run", None), ("tmpfs", "tmp", None))
@@ -41,26 +44,27 @@ def _check_host() -> None:
     if os.geteuid() != 0:
         raise FreshError("nox -s fresh needs root (debootstrap, chroot and mounts); without root, run the README's "
                          "two commands on a fresh VM or container of this kind instead")
-    if any(Path(line.split(" ", 1)[0]).name == "dockerd" for line in leftovers.processes().values()):
-        raise FreshError("a dockerd runs on this host; the chroot starts its own (same iptables chains and bridge): "
-                         "stop it first (`dra-testbed image stop-engine` for ours)")
 
 
-def _copy_runtime(root: Path) -> dict[str, str]:
-    """Go and this Python, copied to the same paths inside; returns the PATH entries to use."""
-    go = Path(shutil.which("go") or "/usr/local/go/bin/go").resolve().parents[1]  # GOROOT
-    python = Path(sys.base_prefix)
-    for source in (go, python):
+def _runtime_paths() -> tuple[Path, Path]:
+    """GOROOT and the prefix of this Python on the host (the same paths inside)."""
+    return Path(shutil.which("go") or "/usr/local/go/bin/go").resolve().parents[1], Path(sys.base_prefix)
+
+
+def _copy_runtime(root: Path) -> None:
+    """Go and this Python, copied to the same paths inside."""
+    for source in _runtime_paths():
         shutil.copytree(source, root / source.relative_to("/"), symlinks=True, dirs_exist_ok=True)
-    return {"go": str(go / "bin"), "python": str(python / "bin")}
 
 
-def _mount_all(root: Path) -> None:
+def _mount_all(root: Path, inside: list[str]) -> None:
+    """The chroot's /proc, /sys, /dev, /run and /tmp; mounted from inside its network namespace (`inside`), so
+    its sysfs shows that namespace's interfaces."""
     for fstype, target, bind in MOUNTS:
         point = root / target
         point.mkdir(parents=True, exist_ok=True)
         args = ["mount", "--rbind", bind, str(point)] if bind else ["mount", "-t", fstype, fstype, str(point)]
-        subprocess.run(args, check=True, capture_output=True)
+        subprocess.run([*inside, *args], check=True, capture_output=True)
     shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")  # registries by name, as on the host
 
 
@@ -79,34 +83,17 @@ def _stop_processes_in(root: Path) -> list[int]:
     return inside
 
 
-def run(workdir: Path, keep: bool = False) -> int:
-    """Make the chroot under `workdir`, run the README's test command in it, clean up; its exit code."""
+def run(workdir: Path, sessions: list[str], keep: bool = False) -> int:
+    """Make the chroot under `workdir`, run the README's commands of `sessions` in it in turn (each timed),
+    clean up; the first non-zero exit code, else 0."""
     _check_host()
     before = leftovers.snapshot()
     root = Path(tempfile.mkdtemp(prefix="dra-testbed-fresh-", dir=workdir))
-    log = workdir / f"{root.name}.log"
-    started = time.monotonic()
     try:
-        with progress.step(f"debootstrap of the fresh machine ({root})") as step:
-            debootstrap(root, PACKAGES, workdir / f"{root.name}.debootstrap.log", step)
-        paths = _copy_runtime(root)
-        subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(root / "work" / "repo")], check=True)
-        _mount_all(root)
-        env = {"HOME": "/root", "CI": "true", "LANG": "C.UTF-8",
-               "PATH": f"{paths['go']}:{paths['python']}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}
-        command = ["chroot", str(root), "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in env.items()],
-                   "bash", "-c", f"cd /work/repo && {README_TEST_COMMAND}"]
-        progress.note(f"fresh machine: `{README_TEST_COMMAND}` (log: {log})")
-        with log.open("w") as sink, progress.step("the README's test command on the fresh machine") as step:
-            def take(line: str) -> None:
-                sink.write(line)
-                sink.flush()
-                step.update(line.strip()[:70])
-
-            code = stream(command, take)
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        progress.note(f"fresh machine: exit {code} after {(time.monotonic() - started) / 60:.1f} min; last lines: {' | '.join(tail)}")
-        return code
+        with private_network() as inside:
+            _make(root, workdir, inside)
+            codes = [_run_command(root, inside, session, workdir / f"{root.name}.{session}.log") for session in sessions]
+            return next((code for code in codes if code), 0)
     finally:
         stopped = _stop_processes_in(root)
         unmount_below(root)
@@ -116,16 +103,57 @@ def run(workdir: Path, keep: bool = False) -> int:
         progress.note(f"fresh machine: stopped {len(stopped)} processes left inside; left on the host: {left.summary()}")
 
 
+def _make(root: Path, workdir: Path, inside: list[str]) -> None:
+    with progress.step(f"debootstrap of the fresh machine ({root})") as step:
+        debootstrap(root, PACKAGES, workdir / f"{root.name}.debootstrap.log", step)
+    _copy_runtime(root)
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(root / "work" / "repo")], check=True)
+    if NVIDIA_PLUGIN.is_file():
+        target = root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name
+        target.parent.mkdir(parents=True)
+        shutil.copy2(NVIDIA_PLUGIN, target)
+    _mount_all(root, inside)
+
+
+def _run_command(root: Path, inside: list[str], session: str, log: Path) -> int:
+    """One README command in the chroot, with CI's settings (.ci/run); its exit code, timed."""
+    go, python = (path / "bin" for path in _runtime_paths())
+    env = {"HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1",
+           "PATH": f"{go}:{python}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}
+    if (root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name).is_file():
+        env["DRA_TESTBED_NVIDIA_PLUGIN"] = f"/work/shared/vendor/{NVIDIA_PLUGIN.name}"
+    command = [*inside, "chroot", str(root), "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in env.items()],
+               "bash", "-c", f"cd /work/repo && {README_COMMANDS[session]}"]
+    progress.note(f"fresh machine: `{README_COMMANDS[session]}` (log: {log})")
+    started = time.monotonic()
+    with log.open("w") as sink, progress.step(f"`nox -s {session}` on the fresh machine") as step:
+        def take(line: str) -> None:
+            sink.write(line)
+            sink.flush()
+            step.update(line.strip()[:70])
+
+        code = stream(command, take)
+    tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+    progress.note(f"fresh machine: `nox -s {session}` exit {code} after {(time.monotonic() - started) / 60:.1f} min; "
+                  f"last lines: {' | '.join(tail)}")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.fresh", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default="/var/tmp", help="where the chroot is made (needs ~15 GB free)")
+    parser.add_argument("--sessions", default="tests,e2e", help="README commands to run in turn, by nox session "
+                        "(tests, e2e; default tests,e2e: the test command cold first, it proves the whole set-up)")
     parser.add_argument("--keep", action="store_true", help="keep the chroot afterwards (for a look inside)")
     args = parser.parse_args(argv)
+    sessions = [name.strip() for name in args.sessions.split(",") if name.strip()]
+    if not sessions or any(name not in README_COMMANDS for name in sessions):
+        parser.error(f"--sessions {args.sessions!r}: a comma list of {', '.join(README_COMMANDS)}")
     from testbed import interrupts
 
     interrupts.install()
     try:
-        return run(Path(args.workdir), keep=args.keep)
+        return run(Path(args.workdir), sessions, keep=args.keep)
     except FreshError as exc:
         print(f"fresh: error: {exc}", file=sys.stderr)
         return 2

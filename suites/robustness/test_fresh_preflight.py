@@ -1,4 +1,4 @@
-"""`nox -s fresh` says in one line why it cannot run (not root; a dockerd already running) and starts nothing."""
+"""`nox -s fresh` says in one line why it cannot run (not root) and starts nothing."""
 
 from __future__ import annotations
 

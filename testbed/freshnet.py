@@ -1,0 +1,63 @@
+"""The fresh machine's own network: a network namespace joined to the host by a veth pair and NATed out.
+
+Why: the README's test command starts a dockerd and kind networks. In the host's namespace they would
+share iptables chains, the docker0 bridge and kind's subnet with any dockerd a colleague or CI job runs
+there; in a namespace of its own the fresh machine is a machine of its own, as a container would be.
+Everything made here (namespace, veth, the three iptables rules) is undone on exit, also on failure.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+from contextlib import contextmanager
+from typing import Iterator
+
+SUBNET = ipaddress.ip_network("10.250.213.0/30")  # a /30 no one here routes; checked before use
+
+
+def _run(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True)
+
+
+def _quiet(*args: str) -> None:
+    subprocess.run(args, capture_output=True)
+
+
+def _rules(host_if: str) -> list[tuple[str, ...]]:
+    """The iptables rules (table, chain, match...) that let the namespace reach the registries."""
+    return [("nat", "POSTROUTING", "-s", str(SUBNET), "!", "-o", host_if, "-j", "MASQUERADE"),
+            ("filter", "FORWARD", "-i", host_if, "-j", "ACCEPT"),
+            ("filter", "FORWARD", "-o", host_if, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")]
+
+
+@contextmanager
+def private_network(tag: str | None = None) -> Iterator[list[str]]:
+    """A namespace with a default route through the host; yields the command prefix that runs in it."""
+    tag = tag or str(os.getpid())
+    name, host_if, inner_if = f"dra-fresh-{tag}", f"dfh{tag}"[:15], f"dfn{tag}"[:15]
+    routes = subprocess.run(["ip", "-4", "route", "show", "to", "match", str(SUBNET[1])], capture_output=True, text=True).stdout
+    if any(line.split()[0] == str(SUBNET) for line in routes.splitlines() if line.strip()):
+        raise RuntimeError(f"{SUBNET} is already routed on this host (another fresh run?); stop it first")
+    host_ip, inner_ip = f"{SUBNET[1]}/{SUBNET.prefixlen}", f"{SUBNET[2]}/{SUBNET.prefixlen}"
+    inside = ["ip", "netns", "exec", name]
+    added: list[tuple[str, ...]] = []
+    try:
+        _run("ip", "netns", "add", name)
+        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", inner_if, "netns", name)
+        _run("ip", "addr", "add", host_ip, "dev", host_if)
+        _run("ip", "link", "set", host_if, "up")
+        _run(*inside, "ip", "link", "set", "lo", "up")
+        _run(*inside, "ip", "addr", "add", inner_ip, "dev", inner_if)
+        _run(*inside, "ip", "link", "set", inner_if, "up")
+        _run(*inside, "ip", "route", "add", "default", "via", str(SUBNET[1]))
+        for table, chain, *match in _rules(host_if):
+            _run("iptables", "-t", table, "-I", chain, "1", *match)  # first: before any FORWARD DROP of a dockerd
+            added.append((table, chain, *match))
+        yield ["nsenter", f"--net=/run/netns/{name}"]
+    finally:
+        for table, chain, *match in added:
+            _quiet("iptables", "-t", table, "-D", chain, *match)
+        _quiet("ip", "link", "del", host_if)
+        _quiet("ip", "netns", "del", name)
