@@ -20,7 +20,7 @@ from kubernetes import client
 
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
-from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.driver.nvml_adapter import NvmlLibrary
 from fake_gpus.driver.kubeletplugin.claims import api_client
 from fake_gpus.driver.publisher import POLL_SECONDS, Publisher, _state_stamp, node_config
 from fake_gpus.driver.slices import api_limits, server_minor

@@ -30,7 +30,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.identity import DriverIdentity
-from fake_gpus.driver.inventory import NvmlLibrary, inventory
+from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.slices import ApiLimits
 from fake_gpus.driver.stamping import StampedSlice, Stamper
 from fake_gpus.node import Mode, NodeHardware, hardware_from_labels

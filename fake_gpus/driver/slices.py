@@ -25,7 +25,7 @@ from fake_gpus.driver.identity import (
     semver,
 )
 from fake_gpus.driver.pci import sysfs_address
-from fake_gpus.driver.inventory import Gpu, MigProfile, NodeInventory, Placement, memory_slices
+from fake_gpus.driver.nvml_adapter import Gpu, MigProfile, NodeInventory, Placement, memory_slices
 from fake_gpus.node import Mode
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-testbed"}

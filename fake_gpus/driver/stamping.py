@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from fake_gpus.driver.identity import DriverIdentity
-from fake_gpus.driver.inventory import Gpu, NodeInventory
+from fake_gpus.driver.nvml_adapter import Gpu, NodeInventory
 from fake_gpus.driver.slices import ApiLimits, build_slices, whole_gpu_device
 from fake_gpus.node import Mode
 
@@ -42,8 +42,9 @@ class StampedSlice:
 
 
 def _stand_in_gpu(gpu: Gpu, position: int) -> Gpu:
-    migs = tuple(replace(m, uuid=f"MIG-00000000-0000-0000-0000-{position:04d}{j:08d}") for j, m in enumerate(gpu.mig_devices))
-    return replace(gpu, uuid=f"GPU-00000000-0000-0000-0000-{position:012d}", pci_bus_id=f"00000000:{0xA0 + position:02X}:00.0",
+    uuid = f"GPU-00000000-0000-0000-0000-{position:012d}"
+    migs = tuple(replace(m, gpu_uuid=uuid, uuid=f"MIG-00000000-0000-0000-0000-{position:04d}{j:08d}") for j, m in enumerate(gpu.mig_devices))
+    return replace(gpu, uuid=uuid, pci_bus_id=f"00000000:{0xA0 + position:02X}:00.0",
                    mig_devices=migs)
 
 

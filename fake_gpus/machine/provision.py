@@ -73,7 +73,7 @@ def provision(state_dir: Path, hardware: NodeHardware, *, nvml=None, fresh: bool
         shutil.rmtree(state_dir, ignore_errors=True)
     layout = usable_layouts(board)[hardware.mode.mig_layout] if hardware.mode.kind == "static-mig" else None
     if layout is not None and nvml is None:
-        from fake_gpus.driver.inventory import NvmlLibrary
+        from fake_gpus.driver.nvml_adapter import NvmlLibrary
         from fake_gpus.nvml.build import SONAME, ensure_library
 
         nvml = NvmlLibrary(ensure_library() / SONAME)

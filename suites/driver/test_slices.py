@@ -11,7 +11,7 @@ import pytest
 from fake_gpus.catalog import all_boards, get_board
 from fake_gpus.driver import miglayout
 from fake_gpus.driver.identity import CAPACITY_COUNTERS, DriverIdentity, counter_set_name, memory_slice_counter, parse_device_name
-from fake_gpus.driver.inventory import NvmlLibrary, inventory
+from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.slices import ApiLimits, LIMITS_1_34, LIMITS_1_35, api_limits, build_slices, mebibytes
 from fake_gpus.machine.provision import usable_layouts
 from fake_gpus.node import ModeError, parse_mode
@@ -40,7 +40,7 @@ def node(tmp_path: Path, nvml: NvmlLibrary):
 
 
 def test_driver_never_imports_the_catalog() -> None:
-    code = ("import sys, fake_gpus.driver.inventory, fake_gpus.driver.slices, fake_gpus.driver.miglayout, "
+    code = ("import sys, fake_gpus.driver.nvml_adapter, fake_gpus.driver.slices, fake_gpus.driver.miglayout, "
             "fake_gpus.driver.publisher; print(sorted(m for m in sys.modules if m.startswith('fake_gpus.catalog')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -10,7 +10,7 @@ import pytest
 from fake_gpus.catalog import all_boards, get_board
 from fake_gpus.driver import miglayout
 from fake_gpus.driver.identity import DriverIdentity
-from fake_gpus.driver.inventory import NvmlLibrary, inventory
+from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.slices import api_limits, build_slices
 from fake_gpus.driver.stamping import Stamper
 from fake_gpus.machine.provision import usable_layouts

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_gpus.driver.inventory import NvmlLibrary, inventory
+from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.pci import read_place
 from fake_gpus.machine import namespace
 from fake_gpus.machine.views import ensure_machine

@@ -78,8 +78,8 @@ def test_static_check_catches_planted_violation(tree: Path, module: str, code: s
 
 
 def test_cycle_is_found(tree: Path):
-    _plant(tree, "fake_gpus.driver.inventory", "import fake_gpus.nvml.state\n")  # downwards: fine alone
-    _plant(tree, "fake_gpus.nvml.state", "import fake_gpus.driver.inventory\n")
+    _plant(tree, "fake_gpus.driver.nvml_adapter", "import fake_gpus.nvml.state\n")  # downwards: fine alone
+    _plant(tree, "fake_gpus.nvml.state", "import fake_gpus.driver.nvml_adapter\n")
     graph = import_graph.component_graph(import_graph.all_edges(tree))
     assert ["fake_gpus.driver", "fake_gpus.nvml", "fake_gpus.driver"] in import_graph.cycles(graph)
 

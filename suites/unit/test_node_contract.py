@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fake_gpus.driver.inventory import NvmlLibrary, inventory
+from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.machine.provision import ProvisionError, check_hardware, node_labels, provision
 from fake_gpus.node import LabelError, Mode, ModeError, NodeHardware, hardware_from_labels, hardware_labels, parse_mode
 from fake_gpus.nvml.build import SONAME, ensure_library

@@ -18,7 +18,7 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.driver.nvml_adapter import NvmlLibrary
 from fake_gpus.machine.provision import provision
 from fake_gpus.nvml.build import SONAME, ensure_library
 from testbed.clusters.base import ClusterError

@@ -7,7 +7,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.driver.inventory import NvmlLibrary
+from fake_gpus.driver.nvml_adapter import NvmlLibrary
 from fake_gpus.driver.publisher import DRIVER_LABEL
 from fake_gpus.machine.provision import provision_node
 from fake_gpus.nvml.build import SONAME, ensure_library

@@ -97,7 +97,7 @@ def our_slices(api, node: str, node_uid: str, state_dir, mode: str, minor: str) 
     from kubernetes import client
 
     from fake_gpus.driver.identity import DriverIdentity
-    from fake_gpus.driver.inventory import NvmlLibrary, inventory
+    from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
     from fake_gpus.driver.slices import api_limits, build_slices
     from fake_gpus.node import parse_mode
     from fake_gpus.nvml.build import SONAME, ensure_library

@@ -17,7 +17,7 @@ from fake_gpus.driver.identity import parse_device_name
 from fake_gpus.driver.kubeletplugin import cdi
 from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, PREPARING, Checkpoint, ClaimRecord, MigRecord, PreparedDevice
 from fake_gpus.driver.kubeletplugin.claims import AllocatedDevice, ClaimError, allocated_devices
-from fake_gpus.driver.kubeletplugin.nvml import DeviceError, MigInstance, Nvml
+from fake_gpus.driver.nvml_adapter import DeviceError, MigDevice, Nvml, Placement
 
 MIG_DYNAMIC = "dynamic"  # a MIG device missing from NVML is created at its placement
 MIG_STATIC = "static"  # MIG devices must already exist; a missing one is an error
@@ -54,7 +54,7 @@ class _Planned:
     request_names: list[str]
     gpu_uuid: str
     mig: MigRecord | None = None
-    existing: MigInstance | None = None
+    existing: MigDevice | None = None
     adopt: bool = False  # an instance a crashed earlier attempt of this claim created
 
 
@@ -96,7 +96,7 @@ class Driver:
         record = ClaimRecord(ref.namespace, ref.name, PREPARING, planned=[p.mig for p in plans if p.mig and (p.existing is None or p.adopt)])
         self.checkpoint.claims[ref.uid] = record
         self.checkpoint.save()  # before creating anything: a crash from here on leaks nothing
-        created: list[MigInstance] = []
+        created: list[MigDevice] = []
         try:
             devices = [self._realize(ref.uid, plan, created) for plan in plans]
         except BaseException:
@@ -142,7 +142,7 @@ class Driver:
                 return f"{rec.namespace}/{rec.name} ({other_uid})"
         return None
 
-    def _realize(self, uid: str, plan: _Planned, created: list[MigInstance]) -> PreparedDevice:
+    def _realize(self, uid: str, plan: _Planned, created: list[MigDevice]) -> PreparedDevice:
         """Create what the plan lacks in NVML and describe the prepared device."""
         cdi_ids = [cdi.cdi_device_id(self.settings.driver, uid, plan.device)]
         device = PreparedDevice(plan.request_names, self.settings.pool_name, plan.device, cdi_ids, visible_uuid=plan.gpu_uuid)
@@ -237,8 +237,8 @@ def _by_device(allocated: list[AllocatedDevice]) -> dict[str, list[str]]:
     return grouped
 
 
-def _instance(mig: MigRecord) -> MigInstance:
-    return MigInstance(mig.gpu_uuid, mig.gi_id, mig.ci_id, mig.profile_id, mig.start, mig.size, mig.uuid)
+def _instance(mig: MigRecord) -> MigDevice:
+    return MigDevice(mig.gpu_uuid, mig.gi_id, mig.ci_id, mig.profile_id, Placement(mig.start, mig.size), mig.uuid)
 
 
 def _s(value: bytes | str) -> str:

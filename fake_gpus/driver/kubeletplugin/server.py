@@ -15,7 +15,7 @@ from fake_gpus.driver.kubeletplugin import cdi
 from fake_gpus.driver.kubeletplugin.checkpoint import Checkpoint
 from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
 from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver, DriverSettings
-from fake_gpus.driver.kubeletplugin.nvml import Nvml, library_dir, load_library
+from fake_gpus.driver.nvml_adapter import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
 from hostenv.versions import DEFAULT_MINOR
 
@@ -137,7 +137,7 @@ class KubeletPlugin:
     def start(self) -> None:
         cfg = self.config
         load_library(cfg.nvml_lib_dir, cfg.state_dir)
-        self._nvml = Nvml()
+        self._nvml = Nvml.open()
         lib = cfg.host_lib_dir or (library_dir() if cfg.state_dir else None)  # a real node's containers get the library elsewhere
         mounts = cdi.FakeNvmlMounts(lib, cfg.host_state_dir or (cfg.state_dir.resolve() if cfg.state_dir else None))
         settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults)
