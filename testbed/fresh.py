@@ -18,15 +18,20 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 from hostenv.processes import stream, terminate
 from testbed import leftovers, progress
+from testbed import freshnet
 from testbed.freshnet import private_network
 from testbed.clusters.kind.rootfs import debootstrap, unmount_below
 
+FRESH_SITE = ("pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "README")  # what ensurepip leaves
+CA_SETTINGS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+               "NODE_EXTRA_CA_CERTS")
 README_COMMANDS = {session: f"python3 -m pip install --quiet nox && python3 -m nox -s {session}" for session in ("tests", "e2e")}
 # the test input CI gives (.ci/run): NVIDIA's plugin, copied in beside the clone, never into it
 NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN", "/work/shared/vendor/dra-driver-nvidia-gpu/gpu-kubelet-plugin"))
@@ -52,9 +57,31 @@ def _runtime_paths() -> tuple[Path, Path]:
 
 
 def _copy_runtime(root: Path) -> None:
-    """Go and this Python, copied to the same paths inside."""
-    for source in _runtime_paths():
-        shutil.copytree(source, root / source.relative_to("/"), symlinks=True, dirs_exist_ok=True)
+    """Go and this Python, copied to the same paths inside; of Python's site-packages only what a fresh
+    install has (pip, setuptools), so that the README's `pip install nox` really installs it."""
+    go, python = _runtime_paths()
+    shutil.copytree(go, root / go.relative_to("/"), symlinks=True, dirs_exist_ok=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(python)}))
+
+    def installed_by_hand(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if not n.startswith(FRESH_SITE)} if Path(folder) == site else set()
+
+    shutil.copytree(python, root / python.relative_to("/"), symlinks=True, dirs_exist_ok=True, ignore=installed_by_hand)
+
+
+def _trust_host_cas(root: Path, inside: list[str]) -> dict[str, str]:
+    """The machine's own certificate authorities (a TLS-terminating proxy's, say: part of the machine, like
+    its resolver) installed in the chroot the Debian way, and the CA settings of the environment that name
+    a file present inside; returns those settings."""
+    local = Path("/usr/local/share/ca-certificates")
+    if local.is_dir():
+        target = root / local.relative_to("/")
+        target.mkdir(parents=True, exist_ok=True)
+        for cert in local.glob("*.crt"):
+            shutil.copy2(cert, target / cert.name)
+        subprocess.run([*inside, "chroot", str(root), "update-ca-certificates"], check=True, capture_output=True)
+    return {key: value for key, value in os.environ.items()
+            if key in CA_SETTINGS and (root / value.lstrip("/")).exists()}
 
 
 def _mount_all(root: Path, inside: list[str]) -> None:
@@ -68,16 +95,26 @@ def _mount_all(root: Path, inside: list[str]) -> None:
     shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")  # registries by name, as on the host
 
 
+def _left_by(root: Path) -> list[str]:
+    """What the fresh machine left: processes rooted in it, mounts under it, the chroot, its network."""
+    target = str(root.resolve())
+    left = [f"pid {pid}" for pid in leftovers.processes() if _root_of(pid) == target]
+    left += [f"mount {m}" for m in leftovers.mounts() if m == target or m.startswith(target + "/")]
+    left += [f"dir {root}"] if root.exists() else []
+    return left + freshnet.leftovers()
+
+
+def _root_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/root")
+    except OSError:
+        return None
+
+
 def _stop_processes_in(root: Path) -> list[int]:
     """Stop every process whose root directory is the chroot; returns their pids."""
     target = str(root.resolve())
-    inside = []
-    for pid in leftovers.processes():
-        try:
-            if os.readlink(f"/proc/{pid}/root") == target:
-                inside.append(pid)
-        except OSError:
-            continue
+    inside = [pid for pid in leftovers.processes() if _root_of(pid) == target]
     for pid in inside:
         terminate(pid, grace=10)
     return inside
@@ -91,19 +128,22 @@ def run(workdir: Path, sessions: list[str], keep: bool = False) -> int:
     root = Path(tempfile.mkdtemp(prefix="dra-testbed-fresh-", dir=workdir))
     try:
         with private_network() as inside:
-            _make(root, workdir, inside)
-            codes = [_run_command(root, inside, session, workdir / f"{root.name}.{session}.log") for session in sessions]
+            trust = _make(root, workdir, inside)
+            codes = [_run_command(root, inside, session, workdir / f"{root.name}.{session}.log", trust) for session in sessions]
             return next((code for code in codes if code), 0)
     finally:
         stopped = _stop_processes_in(root)
         unmount_below(root)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-        left = leftovers.diff(before, leftovers.snapshot())
-        progress.note(f"fresh machine: stopped {len(stopped)} processes left inside; left on the host: {left.summary()}")
+        progress.note(f"fresh machine: stopped {len(stopped)} processes left inside; what it left: {_left_by(root) or 'nothing'}")
+        changed = leftovers.diff(before, leftovers.snapshot())  # on a shared machine: other runs' changes too
+        progress.note(f"fresh machine: host changes meanwhile (any run's): {changed.summary()}")
 
 
-def _make(root: Path, workdir: Path, inside: list[str]) -> None:
+def _make(root: Path, workdir: Path, inside: list[str]) -> dict[str, str]:
+    """The fresh machine: Debian, Go, Python, the machine's CAs, a clone of the repository; returns the
+    environment's CA settings to run with."""
     with progress.step(f"debootstrap of the fresh machine ({root})") as step:
         debootstrap(root, PACKAGES, workdir / f"{root.name}.debootstrap.log", step)
     _copy_runtime(root)
@@ -113,12 +153,13 @@ def _make(root: Path, workdir: Path, inside: list[str]) -> None:
         target.parent.mkdir(parents=True)
         shutil.copy2(NVIDIA_PLUGIN, target)
     _mount_all(root, inside)
+    return _trust_host_cas(root, inside)
 
 
-def _run_command(root: Path, inside: list[str], session: str, log: Path) -> int:
+def _run_command(root: Path, inside: list[str], session: str, log: Path, trust: dict[str, str]) -> int:
     """One README command in the chroot, with CI's settings (.ci/run); its exit code, timed."""
     go, python = (path / "bin" for path in _runtime_paths())
-    env = {"HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1",
+    env = {**trust, "HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1",
            "PATH": f"{go}:{python}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}
     if (root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name).is_file():
         env["DRA_TESTBED_NVIDIA_PLUGIN"] = f"/work/shared/vendor/{NVIDIA_PLUGIN.name}"

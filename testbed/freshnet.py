@@ -12,6 +12,7 @@ import ipaddress
 import os
 import subprocess
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 SUBNET = ipaddress.ip_network("10.250.213.0/30")  # a /30 no one here routes; checked before use
@@ -30,6 +31,18 @@ def _rules(host_if: str) -> list[tuple[str, ...]]:
     return [("nat", "POSTROUTING", "-s", str(SUBNET), "!", "-o", host_if, "-j", "MASQUERADE"),
             ("filter", "FORWARD", "-i", host_if, "-j", "ACCEPT"),
             ("filter", "FORWARD", "-o", host_if, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")]
+
+
+def leftovers(tag: str | None = None) -> list[str]:
+    """What of the network of run `tag` is still there (namespace, veth, iptables rules); [] when nothing."""
+    tag = tag or str(os.getpid())
+    name, host_if = f"dra-fresh-{tag}", f"dfh{tag}"[:15]
+    left = [f"netns {name}"] if Path(f"/run/netns/{name}").exists() else []
+    left += [f"link {host_if}"] if Path(f"/sys/class/net/{host_if}").exists() else []
+    for table, chain, *match in _rules(host_if):
+        if subprocess.run(["iptables", "-t", table, "-C", chain, *match], capture_output=True).returncode == 0:
+            left.append(f"iptables -t {table} {chain} {' '.join(match)}")
+    return left
 
 
 @contextmanager
