@@ -7,6 +7,11 @@ by the API server), then check that every pool is complete and that pods with MI
 fleet. Every process's peak RSS (VmHWM) is read at the end of each phase and summed.
 
     python benchmarks/publish_scale.py [--nodes 1000 5000] [--fleet h100|mixed] [--k8s 1.34] [--pods 50]
+                                       [--credentials node|admin|both]
+
+`--credentials node` (default, as `up` runs it): every node's slices written with that node's own token
+(fake_gpus/driver/credentials.py); `admin`: with the cluster's admin certificate (the baseline of their cost);
+`both`: one run each, then their ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 from kubernetes import client
 
 from fake_gpus.machine import launch
+from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.layout import Layout, Mode, NodeSpec
@@ -143,7 +149,7 @@ def show_memory(title: str, rss: dict[str, int]) -> int:
     return total
 
 
-def run(count: int, fleet: str, k8s: str, pods: int) -> dict:
+def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node") -> dict:
     name = f"bench-{uuid.uuid4().hex[:6]}"
     cluster = KwokCluster(name)
     seed = Layout((NodeSpec("seed", "h100-80gb", 1, Mode("whole")),))
@@ -157,13 +163,14 @@ def run(count: int, fleet: str, k8s: str, pods: int) -> dict:
         kwok_rss = peak_rss(processes(cluster))
         launch.START_TIMEOUT = 3600.0  # a first publish of thousands of nodes
         started = time.monotonic()
-        launch.start_publisher(cluster.home, kubeconfig)  # returns once the first publish is done
+        identity = (DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT) if credentials == "node" else None
+        launch.start_publisher(cluster.home, kubeconfig, node_identity=identity)  # returns once the first publish is done
         publish_seconds = time.monotonic() - started
         n_slices, n_devices = check_pools(api, nodes)
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
         all_rss = peak_rss(processes(cluster))
         api.close()
-        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG", flush=True)
+        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG, {credentials} credentials", flush=True)
         print(f"  KWOK alone: {count} nodes created and Ready        {kwok_seconds:8.1f} s ({count / kwok_seconds:.1f} nodes/s)")
         print(f"  publisher: first publish of every node done     {publish_seconds:8.1f} s ({count / publish_seconds:.1f} nodes/s)")
         print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
@@ -185,9 +192,15 @@ def main() -> None:
     parser.add_argument("--fleet", choices=sorted(FLEETS), default="h100")
     parser.add_argument("--k8s", default="1.34")
     parser.add_argument("--pods", type=int, default=50, help="pods with a MIG claim scheduled after publishing")
+    parser.add_argument("--credentials", choices=("node", "admin", "both"), default="node",
+                        help="whose credential writes each node's slices (both: a run each and their ratio)")
     args = parser.parse_args()
     for count in args.nodes:
-        run(count, args.fleet, args.k8s, args.pods)
+        kinds = ("admin", "node") if args.credentials == "both" else (args.credentials,)
+        results = {kind: run(count, args.fleet, args.k8s, args.pods, kind) for kind in kinds}
+        if len(results) == 2:
+            print(f"  ratio publish time with node credentials / with admin: "
+                  f"{results['node']['publish_s'] / results['admin']['publish_s']:.2f} ({count} nodes)", flush=True)
 
 
 if __name__ == "__main__":

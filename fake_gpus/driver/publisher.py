@@ -29,6 +29,7 @@ from typing import Callable
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from fake_gpus.driver.credentials import NodeTokens
 from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.slices import ApiLimits
@@ -94,8 +95,10 @@ class Publisher:
     """Keeps every labelled node's slices in line with its NVML state."""
 
     def __init__(self, api: client.ApiClient, nvml: NvmlLibrary, state_root: Path, provision: Provision | None,
-                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits) -> None:
+                 identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits,
+                 credentials: NodeTokens | None = None) -> None:
         self.api = api
+        self.credentials = credentials  # each node's slices written with that node's token (KWOK); None: `api`'s own
         self.resource = client.ResourceV1Api(api)
         self.core = client.CoreV1Api(api)
         self.nvml = nvml
@@ -148,41 +151,65 @@ class Publisher:
             return []
         generation = old_generation + 1
         self.published[cfg.name] = (generation, digests)
-        futures = [self.pool.submit(self._put, s.name, s.body(generation), s.name in old) for s in stamped]
-        futures += [self.pool.submit(self._delete, name) for name in old if name not in digests]
+        futures = [self.pool.submit(self._put, cfg.name, s.name, s.body(generation), s.name in old) for s in stamped]
+        futures += [self.pool.submit(self._delete, cfg.name, name) for name in old if name not in digests]
         return futures
 
-    def _create(self, body: bytes) -> int:
-        """POST a slice's JSON straight through the client's connection pool; returns the HTTP status.
-
-        The generated client walks every dict of the body before encoding it, which costs more than the
-        API server's own work for our large slices (see benchmarks/publish_scale.py)."""
-        cfg = self.api.configuration
+    def _send(self, method: str, path: str, node: str, body: bytes | None = None):
+        """One request about `node`'s slices, its JSON body sent as it is (the generated client walks every
+        dict of a body before encoding it, which costs more than the API server's own work for our large
+        slices: see benchmarks/publish_scale.py). With node credentials it carries the node's token over
+        their pool (no client certificate on it, which would authenticate first); else `api`'s own."""
         headers = {**self.api.default_headers, "Content-Type": "application/json", "Accept": "application/json"}
-        for setting in cfg.auth_settings().values():  # token from a kubeconfig or a service account alike
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
-        response = self.api.rest_client.pool_manager.request(
-            "POST", f"{cfg.host}/apis/resource.k8s.io/v1/resourceslices", body=body,
-            headers=headers, preload_content=True)
-        if response.status >= 300 and response.status != 409:
+        if self.credentials is not None:
+            cfg = self.credentials.api.configuration
+            pool = self.credentials.api.rest_client.pool_manager
+            known = self.nodes.get(node)
+            headers["authorization"] = self.credentials.bearer(node, known.uid if known else None)
+        else:
+            cfg, pool = self.api.configuration, self.api.rest_client.pool_manager
+            for setting in cfg.auth_settings().values():  # token from a kubeconfig or a service account alike
+                if setting.get("in") == "header" and setting.get("value"):
+                    headers[setting["key"]] = setting["value"]
+        return pool.request(method, f"{cfg.host}/apis/resource.k8s.io/v1/resourceslices{path}", body=body,
+                            headers=headers, preload_content=True)
+
+    @staticmethod
+    def _check(response, *accepted: int) -> int:
+        if response.status >= 300 and response.status not in accepted:
             raise ApiException(status=response.status, reason=response.reason, body=response.data.decode(errors="replace"))
         return response.status
 
-    def _put(self, name: str, body: bytes, exists: bool) -> None:
-        if not exists and self._create(body) != 409:
+    def _put(self, node: str, name: str, body: bytes, exists: bool) -> None:
+        if not exists and self._check(self._send("POST", "", node, body), 409) != 409:
             return
-        current = self.resource.read_resource_slice(name)
+        response = self._send("GET", f"/{name}", node)
+        self._check(response)
+        current = json.loads(response.data)
         replacement = json.loads(body)  # the rare path (a node's state changed): a decoded body is fine
-        replacement["metadata"]["resourceVersion"] = current.metadata.resource_version
-        self.resource.replace_resource_slice(name, body=replacement, _preload_content=False)
+        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        self._check(self._send("PUT", f"/{name}", node, json.dumps(replacement).encode()))
 
-    def _delete(self, name: str) -> None:
+    def _delete(self, node: str, name: str) -> None:
+        self._check(self._send("DELETE", f"/{name}", node), 404)
+
+    def _delete_gone(self, node: str, names: list[str]) -> None:
+        """Delete the slices of a node that went. Its token went with it (a Node-bound token is refused once
+        the Node is deleted, 401), as a kind node's driver goes with its node: then the garbage collector
+        removes them, since each is owned by its Node."""
         try:
-            self.resource.delete_resource_slice(name, _preload_content=False)
+            for name in names:
+                try:
+                    self._delete(node, name)
+                except ApiException as exc:
+                    if not (self.credentials is not None and exc.status == 401):
+                        raise
         except ApiException as exc:
-            if exc.status != 404:
+            if not (self.credentials is not None and exc.status == 404):  # no token to be had for a node gone
                 raise
+        finally:
+            if self.credentials is not None:
+                self.credentials.forget(node)
 
     def forget(self, node: str) -> list[Future]:
         """The node went: remove its slices and its simulated hardware."""
@@ -192,7 +219,7 @@ class Publisher:
         shutil.rmtree(self.state_dir(node), ignore_errors=True)
         if "slices-outlive-node" in self.faults:
             return []
-        return [self.pool.submit(self._delete, name) for name in old]
+        return [self.pool.submit(self._delete_gone, node, list(old))] if old else []
 
     def settle(self, node: str, futures: list[Future]) -> None:
         """Wait for a node's writes; when one fails, forget what we believed published for that node,

@@ -5,7 +5,10 @@ on the host plays both parts: the machine (fake_gpus.machine.provision makes eac
 directory, OS views and static MIG layout) and the driver (fake_gpus.driver.publisher reads every GPU
 through NVML only and publishes the slices). SIGTERM ends it.
 
-Config (JSON): {"kubeconfig", "state_root", "ready_file"}.
+Config (JSON): {"kubeconfig", "state_root", "ready_file", "node_identity"}. With "node_identity"
+({"namespace", "service_account"}) each node's slices are written with that service account's token bound to
+the node (fake_gpus/driver/credentials.py), as each kind node's driver writes with its pod's; without it
+(benchmarks' baseline) with the kubeconfig's own credential.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
+from fake_gpus.driver.credentials import NodeIdentity, NodeTokens
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary
@@ -38,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     preload_api_modules()
     api, version = connect(Path(cfg["kubeconfig"]))
     limits = api_limits(server_minor(version))
+    tokens = NodeTokens(api, NodeIdentity(**cfg["node_identity"])) if cfg.get("node_identity") else None
     publisher = Publisher(api, nvml, Path(cfg["state_root"]), functools.partial(provision, nvml=nvml), current_identity(),
-                          active_faults(), limits)
+                          active_faults(), limits, credentials=tokens)
     signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())
     signal.signal(signal.SIGINT, lambda *_: publisher.stop.set())
     try:

@@ -22,12 +22,15 @@ START_TIMEOUT = 600.0  # a first build of the fake NVML library happens inside t
 _REPO = Path(__file__).resolve().parents[2]
 
 
-def spawn_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start the publisher for the cluster at `home` without waiting for it.
+def spawn_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None,
+                    node_identity: tuple[str, str] | None = None) -> subprocess.Popen:
+    """Start the publisher for the cluster at `home` without waiting for it; with `node_identity` (namespace,
+    service account) it writes each node's slices with that account's token bound to the node.
 
     It may start before the control plane: it waits for `kubeconfig` to appear and the apiserver to
     answer, so its start-up (imports, the NVML library) overlaps the cluster's."""
-    config = {"kubeconfig": str(kubeconfig), "state_root": str(home / "nvml"), "ready_file": str(home / READY_FILE)}
+    config = {"kubeconfig": str(kubeconfig), "state_root": str(home / "nvml"), "ready_file": str(home / READY_FILE),
+              "node_identity": dict(zip(("namespace", "service_account"), node_identity)) if node_identity else None}
     (home / "publisher.json").write_text(json.dumps(config, indent=1) + "\n")
     (home / READY_FILE).unlink(missing_ok=True)
     environment = {**os.environ, **(env or {})}
@@ -57,9 +60,10 @@ def wait_publisher(home: Path, proc: subprocess.Popen) -> int:
     return proc.pid
 
 
-def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None) -> int:
+def start_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = None,
+                    node_identity: tuple[str, str] | None = None) -> int:
     """Start the publisher for a running cluster and return its pid once its first publish is done."""
-    return wait_publisher(home, spawn_publisher(home, kubeconfig, env))
+    return wait_publisher(home, spawn_publisher(home, kubeconfig, env, node_identity))
 
 
 def stop_publisher(home: Path, grace: float = 10.0) -> None:

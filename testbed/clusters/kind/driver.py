@@ -17,6 +17,7 @@ from fake_gpus.driver.identity import DriverIdentity
 from testbed import progress
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
+from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE
 from testbed.clusters.layout import Layout
 from testbed.templates import render_template
@@ -24,8 +25,6 @@ from testbed.templates import render_template
 if TYPE_CHECKING:
     from testbed.clusters.kind.cluster import KindCluster
 
-DRIVER_NAMESPACE = "dra-testbed-driver"
-DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
 READY_TIMEOUT = 300.0
 
 

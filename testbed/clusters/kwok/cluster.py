@@ -23,6 +23,7 @@ from hostenv.versions import release_for
 from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
+from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
@@ -117,6 +118,7 @@ class KwokCluster(Cluster):
             with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices") as step:
                 api = self.api_client()
                 try:
+                    apply_identity(api)  # before any node: the publisher requests each node's token as it sees it
                     self.add_nodes(api, spec.layout, step.update)
                     driver.wait(self.home)
                     self.wait_schedulable(api, spec.layout, report=step.update)

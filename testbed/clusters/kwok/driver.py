@@ -15,6 +15,7 @@ from pathlib import Path
 from fake_gpus.machine import launch
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
+from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.layout import Layout
 
 
@@ -39,14 +40,16 @@ class KwokDriver(abc.ABC):
 
 
 class OurDriver(KwokDriver):
-    """Our fake-GPU driver: one publisher process for the whole cluster."""
+    """Our fake-GPU driver: one publisher process for the whole cluster, writing each node's slices with that
+    node's own credential (the driver's service account, its token bound to the node)."""
 
     def __init__(self, spec: DriverSpec) -> None:
         super().__init__(spec)
         self._proc: subprocess.Popen | None = None
 
     def spawn(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
-        self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env())
+        self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
+                                            node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
 
     def wait(self, home: Path) -> None:
         assert self._proc is not None, "wait() before spawn()"
