@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["MEMORY_SLICES", "find_placements", "max_disjoint_placements"]
-
-MEMORY_SLICES = 8  # every MIG-capable board places instances over 8 memory slices
+__all__ = ["find_placements", "max_disjoint_placements"]
 
 
 def max_disjoint_placements(placements: tuple[int, ...] | list[int], size: int) -> int:
@@ -23,13 +21,14 @@ def max_disjoint_placements(placements: tuple[int, ...] | list[int], size: int) 
     return count
 
 
-def find_placements(candidates: Sequence[Sequence[tuple[int, int]]], slices: int = MEMORY_SLICES) -> list[tuple[int, int]] | None:
+def find_placements(candidates: Sequence[Sequence[tuple[int, int]]], slices: int) -> list[tuple[int, int]] | None:
     """One disjoint (start, size) run per instance, chosen among that instance's candidate runs.
 
     ``candidates[i]`` lists instance i's possible runs; the answer is in the same order, or None when
-    no choice keeps every run inside ``slices`` without overlaps.
+    no choice keeps every run inside ``slices`` (the board's memory slices: the catalog's or what NVML
+    reports, never a constant here) without overlaps.
     """
-    # Biggest first keeps the search tiny: at most 7 instances over 8 slices.
+    # Biggest first keeps the search tiny: a GPU holds only a handful of instances.
     order = sorted(range(len(candidates)), key=lambda i: -max((size for _, size in candidates[i]), default=0))
     chosen: dict[int, tuple[int, int]] = {}
 

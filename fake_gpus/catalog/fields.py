@@ -33,6 +33,7 @@ BOARD_FIELDS: FieldSpec = {
     "jpeg_engines": ((int,), True),
     "ofa_engines": ((int,), True),
     "memory_slices": ((int,), False),
+    "gpus_per_node": ((int,), False),
 }
 
 GI_FIELDS: FieldSpec = {

@@ -10,11 +10,11 @@ from fake_gpus.mig_placement import find_placements
 __all__ = ["layout_fits"]
 
 
-def layout_fits(profiles: tuple[GpuInstanceProfile, ...], counts: Mapping[str, int]) -> bool:
+def layout_fits(profiles: tuple[GpuInstanceProfile, ...], counts: Mapping[str, int], slices: int) -> bool:
     """Can ``counts`` instances of the named profiles coexist on one GPU?
 
-    They must take disjoint memory slices at real placements, stay within each
-    profile's instance limit and within the 7 compute slices.
+    They must take disjoint runs of the board's ``slices`` memory slices at real placements, stay
+    within each profile's instance limit and within the board's compute slices.
     """
     by_name = {p.name: p for p in profiles}
     unknown = sorted(set(counts) - set(by_name))
@@ -25,4 +25,4 @@ def layout_fits(profiles: tuple[GpuInstanceProfile, ...], counts: Mapping[str, i
         return False
     if sum(p.slice_count for p in wanted) > COMPUTE_SLICES:
         return False
-    return find_placements([[(s, p.memory_slices) for s in p.placements] for p in wanted]) is not None
+    return find_placements([[(s, p.memory_slices) for s in p.placements] for p in wanted], slices) is not None

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from fake_gpus.mig_placement import MEMORY_SLICES
-
 __all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
            "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "ci_label", "provenance_class"]
 
-# Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8; MEMORY_SLICES) and compute into 7.
+# Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8) and compute into 7: a board
+# file's memory_slices must say 8 (NVIDIA MIG User Guide, every supported GPU's profile table).
+MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
 NVIDIA_PCI_VENDOR = 0x10DE
 ARCHITECTURES = {"hopper": 9, "blackwell": 10}  # NVML_DEVICE_ARCH_* (nvml.h)
@@ -106,6 +106,7 @@ class Board:
     jpeg_engines: int | None
     ofa_engines: int | None
     memory_slices: int  # 8
+    gpus_per_node: int  # most GPUs of this board one node holds (HGX baseboard, NVL72 compute tray, PCIe server)
     gpu_instance_profiles: tuple[GpuInstanceProfile, ...]
     sources: Mapping[str, str]  # fact path -> citation
     # Strings NVIDIA's DRA driver publishes for the `brand` and `architecture`

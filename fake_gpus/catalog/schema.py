@@ -144,6 +144,8 @@ def _parse_gi(ctx: Ctx, index: int, raw: Any, board: Mapping[str, Any], sources:
 def _check_board_facts(ctx: Ctx, raw: Mapping[str, Any]) -> None:
     if raw["memory_slices"] != MEMORY_SLICES:
         raise ctx.fail("memory_slices", f"is {raw['memory_slices']}", str(MEMORY_SLICES))
+    if raw["gpus_per_node"] < 1:
+        raise ctx.fail("gpus_per_node", f"is {raw['gpus_per_node']}", "a whole number >= 1")
     arch = raw["architecture"]
     if ARCHITECTURES.get(arch) != raw["nvml_architecture"]:
         valid = ", ".join(f"{a}={n}" for a, n in ARCHITECTURES.items())
@@ -165,7 +167,8 @@ def _check_board_facts(ctx: Ctx, raw: Mapping[str, Any]) -> None:
         raise ctx.fail("cuda_driver_version", f"is {cuda}", "major*1000 + minor*10, e.g. 13000")
 
 
-def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sources: dict[str, str]) -> Mapping[str, Mapping[str, int]]:
+def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sources: dict[str, str],
+                   slices: int) -> Mapping[str, Mapping[str, int]]:
     if raw is None:
         return MappingProxyType({})
     if not isinstance(raw, dict) or not isinstance(raw.get("layouts"), dict):
@@ -182,8 +185,9 @@ def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sour
                 raise ctx.fail(key, f"names unknown profile {prof!r}", ", ".join(sorted(names)))
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ctx.fail(f"{key}.{prof}", f"is {n!r}", "a positive integer")
-        if not layout_fits(gis, counts):
-            raise ctx.fail(key, f"{counts} cannot be placed on one GPU", "counts whose placements fit disjointly in 8 memory slices and 7 compute slices")
+        if not layout_fits(gis, counts, slices):
+            raise ctx.fail(key, f"{counts} cannot be placed on one GPU",
+                           f"counts whose placements fit disjointly in {slices} memory slices and {COMPUTE_SLICES} compute slices")
         citation = srcs.get(name, srcs.get(DEFAULT_SOURCE))
         if not citation:
             raise ctx.fail(f"mig_layouts.sources.{name}", "has no citation", f"a citation under sources.{name} or sources.{DEFAULT_SOURCE}")
@@ -223,7 +227,7 @@ def load_board_file(file: Path) -> Board:
     unique(ctx, "gpu_instance_profiles", "name", [g.name for g in gis])
     unique(ctx, "gpu_instance_profiles", "id", [g.id for g in gis])
     unique(ctx, "gpu_instance_profiles", "nvml_profile", [g.nvml_profile for g in gis])
-    layouts = _parse_layouts(ctx, raw.get("mig_layouts"), gis, sources)
+    layouts = _parse_layouts(ctx, raw.get("mig_layouts"), gis, sources, raw["memory_slices"])
     facts = {f: raw[f] for f in BOARD_FIELDS if f != "cuda_compute_capability"}
     cc = raw["cuda_compute_capability"]
     return Board(**facts, key=key, cuda_compute_capability=(cc[0], cc[1]), gpu_instance_profiles=gis,

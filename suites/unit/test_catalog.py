@@ -300,7 +300,7 @@ def test_named_layouts_fit(key: str) -> None:
     b = get_board(key)
     assert "all-balanced" in b.mig_layouts
     for name, counts in b.mig_layouts.items():
-        assert layout_fits(b.gpu_instance_profiles, counts), name
+        assert layout_fits(b.gpu_instance_profiles, counts, b.memory_slices), name
         assert b.sources[f"mig_layouts.{name}"]
 
 
@@ -317,7 +317,14 @@ def test_named_layouts_fit(key: str) -> None:
     ],
 )
 def test_layout_fits_on_h100(counts: dict[str, int], fits: bool) -> None:
-    assert layout_fits(get_board(H100).gpu_instance_profiles, counts) is fits
+    assert layout_fits(get_board(H100).gpu_instance_profiles, counts, 8) is fits
+
+
+def test_layout_fits_over_the_slices_it_is_given() -> None:
+    # the slice count is the board's, passed in: over 4 slices a 4g (4 slices at 0) fits, two 3g.40gb (0 and 4) do not
+    gis = get_board(H100).gpu_instance_profiles
+    assert layout_fits(gis, {"3g.40gb": 2}, 8) and not layout_fits(gis, {"3g.40gb": 2}, 4)
+    assert layout_fits(gis, {"4g.40gb": 1}, 4)
 
 
 # --------------------------------------------------------------------------- #
@@ -364,6 +371,8 @@ CORRUPTIONS = {
     "null without unknown": (lambda r: r.__setitem__("decoders", None), "decoders", "unknown"),
     "value marked unknown": (lambda r: r["sources"].__setitem__("decoders", "unknown"), "decoders", "unknown"),
     "seven memory slices": (lambda r: r.__setitem__("memory_slices", 7), "memory_slices", "8"),
+    "no GPUs per node": (lambda r: r.__setitem__("gpus_per_node", 0), "gpus_per_node", ">= 1"),
+    "missing GPUs per node": (lambda r: r.pop("gpus_per_node"), "gpus_per_node", "missing"),
     "slice count vs name": (lambda r: _gi(r, "2g.20gb").__setitem__("slice_count", 3), "2g.20gb", "slice_count"),
     "bad pci id": (lambda r: r.__setitem__("pci_device_id", 0x2330), "pci_device_id", "0x10DE"),
     "wrong key": (lambda r: r.__setitem__("key", "h200-141gb"), "key", "h100-80gb"),
@@ -408,10 +417,11 @@ def test_max_disjoint_placements() -> None:
 
 def test_find_placements_answers_in_input_order() -> None:
     # a 4-slice instance must take 0 or 4; the 1-slice ones go around it, answered in the order asked
-    runs = find_placements([[(s, 1) for s in range(7)], [(0, 4), (4, 4)], [(s, 1) for s in range(7)]])
+    runs = find_placements([[(s, 1) for s in range(7)], [(0, 4), (4, 4)], [(s, 1) for s in range(7)]], 8)
     assert runs is not None and runs[1] in ((0, 4), (4, 4))
     used = [slot for start, size in runs for slot in range(start, start + size)]
     assert len(used) == len(set(used)) == 6
-    assert find_placements([[(0, 4), (4, 4)]] * 3) is None  # three halves do not fit
-    assert find_placements([[(4, 8)]]) is None  # a run past the last slice is never chosen
-    assert find_placements([]) == []
+    assert find_placements([[(0, 4), (4, 4)]] * 3, 8) is None  # three halves do not fit
+    assert find_placements([[(4, 8)]], 8) is None  # a run past the last slice is never chosen
+    assert find_placements([], 8) == []
+    assert find_placements([[(0, 4), (4, 4)]] * 2, 8) is not None and find_placements([[(0, 4), (4, 4)]] * 2, 4) is None  # the slices given bound it

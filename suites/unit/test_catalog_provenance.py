@@ -245,7 +245,7 @@ def test_static_layouts_with_the_big_profiles_fit(key: str) -> None:
     b = get_board(key)
     big = [name for name, layout in b.mig_layouts.items() if any(n.startswith(("3g", "4g", "7g")) for n in layout)]
     assert len(big) == 4  # all-balanced, all-3g, all-4g, all-7g
-    assert all(layout_fits(b.gpu_instance_profiles, b.mig_layouts[name]) for name in big)
+    assert all(layout_fits(b.gpu_instance_profiles, b.mig_layouts[name], b.memory_slices) for name in big)
 
 
 def test_readme_tables_are_the_catalog_s() -> None:

@@ -31,6 +31,9 @@ def test_node_flag_defaults_to_whole_and_parses_modes() -> None:
         ("a=h100-80gb", "expected NAME=BOARD:COUNT:MODE"),
         ("a=h100-80gb:x", "count 'x' is not a whole number"),
         ("a=h100-80gb:0", "count 0 is out of range"),
+        ("a=h100-80gb:9", "count 9 is out of range; valid: 1 to 8 GPUs per h100-80gb node"),  # HGX H100: 8
+        ("a=gb200-186gb:5", "count 5 is out of range; valid: 1 to 4 GPUs per gb200-186gb node"),  # NVL72 tray: 4
+        ("a=gb200-186gb:x", "count 'x' is not a whole number; valid: 1 to 4"),
         ("a=h100-80gb:1:static-mig:", "unknown mode 'static-mig:'"),
     ],
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from fake_gpus.catalog import BOARD_KEYS
+from fake_gpus.catalog import BOARD_KEYS, get_board
 from fake_gpus.machine.provision import ProvisionError, check_hardware
 from fake_gpus.node import Mode, ModeError, NodeHardware
 from fake_gpus.node import parse_mode as parse_hardware_mode
@@ -69,12 +69,14 @@ def _board(text: str, where: str) -> str:
     return text
 
 
-def _count(value: object, where: str) -> int:
+def _count(value: object, board: str, where: str) -> int:
+    """A node's GPU count: 1 up to what one node of `board` holds (the catalog's gpus_per_node)."""
+    most = get_board(board).gpus_per_node
     if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
-        raise LayoutError(f"{where}: count {value!r} is not a whole number; valid: 1 to 8")
+        raise LayoutError(f"{where}: count {value!r} is not a whole number; valid: 1 to {most}")
     count = int(value)
-    if not 1 <= count <= 8:
-        raise LayoutError(f"{where}: count {count} is out of range; valid: 1 to 8 GPUs per node")
+    if not 1 <= count <= most:
+        raise LayoutError(f"{where}: count {count} is out of range; valid: 1 to {most} GPUs per {board} node")
     return count
 
 
@@ -95,7 +97,8 @@ def parse_node_flag(flag: str) -> NodeSpec:
         raise LayoutError(f"{where}: expected NAME=BOARD:COUNT:MODE, e.g. gpu-0=h100-80gb:8:whole")
     board, count = parts[0], parts[1]
     mode = parts[2] if len(parts) == 3 else "whole"
-    return NodeSpec(_name(name, where), _board(board, where), _count(count, where), parse_mode(mode, where))
+    board = _board(board, where)
+    return NodeSpec(_name(name, where), board, _count(count, board, where), parse_mode(mode, where))
 
 
 def _check_unique(nodes: list[NodeSpec], where: str) -> None:
@@ -125,7 +128,7 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
         if key not in entry:
             raise LayoutError(f"{where}: missing key {key!r}; required: name, board, count")
     board = _board(str(entry["board"]), where)
-    count = _count(entry["count"], where)
+    count = _count(entry["count"], board, where)
     mode = parse_mode(str(entry.get("mode", "whole")), where)
     replicas = entry.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
