@@ -26,6 +26,8 @@ GPUS_MAGIC = "fake-nvml-gpus"
 MIG_MAGIC = "fake-nvml-mig"
 FORMAT_VERSION = 1
 MAX_GPUS = 64
+# where a node keeps its fake GPUs; the library uses it when FAKE_NVML_STATE_DIR is unset (core.c FK_NODE_STATE_DIR)
+NODE_STATE_DIR = "/var/lib/dra-testbed/nvml"
 
 _UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _GPU_LINE = re.compile(rf"gpu (\d+) (\S+) (\d+) (GPU-{_UUID_RE}) (\S{{1,31}}) ([0-9A-Fa-f]{{8}}:[0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}}\.[0-9A-Fa-f])")

@@ -22,6 +22,7 @@ import pytest
 
 from fake_gpus.nvml import state
 from fake_gpus.nvml.build import SONAME, ensure_library
+from nvml_helpers import mig_board_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,3 +101,24 @@ def run_client(client_env: Callable[..., dict[str, str]]) -> Callable[..., subpr
         return proc
 
     return run
+
+
+@pytest.fixture
+def three_gpu_node(tmp_path):
+    """A node of 3 GPUs; GPU 1 has MIG on with two 1-slice MIG devices."""
+    key = mig_board_keys()[0]
+    from fake_gpus.catalog import get_board
+
+    board = get_board(key)
+    d = tmp_path / "node"
+    gpus = state.create_state_dir(d, [(key, 3)])
+    p = min(board.gpu_instance_profiles, key=lambda p: (p.memory_slices, p.id))
+    cp = max(p.compute_instance_profiles, key=lambda c: c.slice_count)
+    mig = state.MigState(modes={1: (1, 1)})
+    uuids = ["MIG-11111111-2222-4333-8444-555555555555", "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"]
+    for n, start in enumerate(p.placements[:2]):
+        gid = board.memory_slices // p.memory_slices - 1 + start // p.memory_slices
+        mig.gpu_instances.append(state.GpuInstanceRecord(1, gid, p.id, start, p.memory_slices))
+        mig.compute_instances.append(state.ComputeInstanceRecord(1, gid, 0, cp.id, 0, cp.slice_count, uuids[n]))
+    state.write_mig_state(d, mig)
+    return d, gpus, uuids

@@ -30,3 +30,20 @@ def nvml_code(exc_info: pytest.ExceptionInfo) -> int:
 
 def json_lines(proc: subprocess.CompletedProcess) -> list:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+# a client printing, per visible GPU: [UUID, minor, [UUIDs of its visible MIG devices]]
+VIEW = """
+import json, pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    migs = []
+    if pynvml.nvmlDeviceGetMigMode(h)[0]:
+        for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                migs.append(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)))
+            except pynvml.NVMLError_NotFound:
+                pass
+    print(json.dumps([pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetMinorNumber(h), migs]))
+"""

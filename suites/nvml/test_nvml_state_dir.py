@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from fake_gpus.nvml import state
-from nvml_helpers import json_lines, mig_board_keys, nvml_code
+from nvml_helpers import VIEW, json_lines, mig_board_keys, nvml_code
 
 INIT = """
 import pynvml
@@ -83,43 +83,6 @@ def test_create_state_dir_rules(tmp_path):
     with pytest.raises(state.StateError, match="valid boards"):
         state.create_state_dir(tmp_path / "m", [("no-such-board", 1)])
     assert len({g.uuid for g in gpus}) == 2 and len({g.bus_id for g in gpus}) == 2
-
-
-VIEW = """
-import json, pynvml
-pynvml.nvmlInit()
-for i in range(pynvml.nvmlDeviceGetCount()):
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    migs = []
-    if pynvml.nvmlDeviceGetMigMode(h)[0]:
-        for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
-            try:
-                migs.append(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)))
-            except pynvml.NVMLError_NotFound:
-                pass
-    print(json.dumps([pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetMinorNumber(h), migs]))
-"""
-
-
-@pytest.fixture
-def three_gpu_node(tmp_path):
-    """A node of 3 GPUs; GPU 1 has MIG on with two 1-slice MIG devices."""
-    key = mig_board_keys()[0]
-    from fake_gpus.catalog import get_board
-
-    board = get_board(key)
-    d = tmp_path / "node"
-    gpus = state.create_state_dir(d, [(key, 3)])
-    p = min(board.gpu_instance_profiles, key=lambda p: (p.memory_slices, p.id))
-    cp = max(p.compute_instance_profiles, key=lambda c: c.slice_count)
-    mig = state.MigState(modes={1: (1, 1)})
-    uuids = ["MIG-11111111-2222-4333-8444-555555555555", "MIG-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"]
-    for n, start in enumerate(p.placements[:2]):
-        gid = board.memory_slices // p.memory_slices - 1 + start // p.memory_slices
-        mig.gpu_instances.append(state.GpuInstanceRecord(1, gid, p.id, start, p.memory_slices))
-        mig.compute_instances.append(state.ComputeInstanceRecord(1, gid, 0, cp.id, 0, cp.slice_count, uuids[n]))
-    state.write_mig_state(d, mig)
-    return d, gpus, uuids
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 /* Library life cycle, the per-node state directory and its lock, visible devices, error strings
  * and system-level queries of the fake libnvidia-ml.so.1.
  *
- * State directory (FAKE_NVML_STATE_DIR, or fakeNvmlSetStateDir):
+ * State directory (FAKE_NVML_STATE_DIR, or fakeNvmlSetStateDir; else FK_NODE_STATE_DIR if it exists,
+ * where a node keeps its fake GPUs: a kind node, and every container on it, sees it there):
  *   gpus  "fake-nvml-gpus 1" then "gpu <index> <board-key> <minor> <GPU-uuid> <serial> <bus-id>"
  *   mig   "fake-nvml-mig 1" then "mode <gpu> <current> <pending>",
  *         "gi <gpu> <gi-id> <profile-id> <start> <size>",
@@ -26,6 +27,7 @@
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +36,11 @@
 #define FK_GPUS_MAGIC "fake-nvml-gpus"
 #define FK_MIG_MAGIC "fake-nvml-mig"
 #define FK_FORMAT_VERSION 1
+/* fake_gpus/nvml/state.py NODE_STATE_DIR names the same place */
+#define FK_NODE_STATE_DIR "/var/lib/dra-testbed/nvml"
+/* NVIDIA's character-device major, fixed by the kernel module; nvidiactl is its minor 255 */
+#define FK_NVIDIA_MAJOR 195
+#define FK_NVIDIACTL_MINOR 255
 
 fk_gpu fk_gpus[FK_MAX_GPUS];
 unsigned fk_n_gpus;
@@ -467,22 +474,81 @@ static int fk_apply_device_visibility(void) {
     return 1;
 }
 
+/* Whether `path` is the character device major:minor (any major when major < 0). */
+static int fk_is_chardev(const char *path, long major, unsigned minor) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode) && (major < 0 || major(st.st_rdev) == (unsigned)major) &&
+           minor(st.st_rdev) == minor;
+}
+
+/* A process that has /dev/nvidiactl lives where the driver's device nodes are (a container given GPUs
+ * through CDI, a node): NVML there shows what the process can open, as real NVML does. Elsewhere (a
+ * plain process on the host) there are no device nodes and the environment narrows the view. */
+static int fk_device_nodes_present(void) {
+    return fk_is_chardev("/dev/nvidiactl", FK_NVIDIA_MAJOR, FK_NVIDIACTL_MINOR);
+}
+
+/* The nvidia-caps major from the node's /proc/devices view (<state>/proc/devices); -1 if it lists none. */
+static long fk_caps_major(void) {
+    char path[PATH_MAX], line[128], name[64];
+    long major = -1, m;
+    fk_path(path, "proc/devices");
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "Block", 5) == 0) break;
+        if (sscanf(line, "%ld %63s", &m, name) == 2 && strcmp(name, "nvidia-caps") == 0) major = m;
+    }
+    fclose(f);
+    return major;
+}
+
+/* Narrow fk_views to the device nodes present: a GPU whose /dev/nvidia<minor> exists; on a GPU in MIG
+ * mode only the MIG devices whose GPU-instance and compute-instance access nodes
+ * (/dev/nvidia-caps/nvidia-cap<minor>, minors as in caps.c) both exist, unless the process holds the
+ * node-wide mig/config or mig/monitor capability (nvidia-cap1, nvidia-cap2), as a MIG manager does. */
+static void fk_apply_device_nodes(void) {
+    char path[PATH_MAX];
+    long caps = fk_caps_major();
+    int every_mig = fk_is_chardev("/dev/nvidia-caps/nvidia-cap1", caps, 1) || fk_is_chardev("/dev/nvidia-caps/nvidia-cap2", caps, 2);
+    fk_n_views = 0;
+    for (unsigned g = 0; g < fk_n_gpus; g++) {
+        snprintf(path, sizeof path, "/dev/nvidia%u", fk_gpus[g].minor);
+        if (!fk_is_chardev(path, FK_NVIDIA_MAJOR, fk_gpus[g].minor)) continue;
+        fk_view *v = &fk_views[fk_n_views++];
+        *v = (fk_view){.gpu = g};
+        const fk_mig_gpu *m = &fk_mig[g];
+        if (!m->cur || every_mig) continue;
+        v->mig_only = 1;
+        for (unsigned c = 0; c < m->n_ci; c++) {
+            snprintf(path, sizeof path, "/dev/nvidia-caps/nvidia-cap%u", fk_caps_minor(fk_gpus[g].minor, m->ci[c].gi, -1));
+            if (!fk_is_chardev(path, caps, fk_caps_minor(fk_gpus[g].minor, m->ci[c].gi, -1))) continue;
+            snprintf(path, sizeof path, "/dev/nvidia-caps/nvidia-cap%u", fk_caps_minor(fk_gpus[g].minor, m->ci[c].gi, (int)m->ci[c].id));
+            if (!fk_is_chardev(path, caps, fk_caps_minor(fk_gpus[g].minor, m->ci[c].gi, (int)m->ci[c].id))) continue;
+            v->migs[v->n_migs++] = (fk_mig_ref){m->ci[c].gi, m->ci[c].id};
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- init / shutdown */
 
 static nvmlReturn_t fk_open_session(void) {
     const char *dir = fk_have_override ? fk_dir_override : getenv("FAKE_NVML_STATE_DIR");
     fk_dir[0] = '\0';
+    struct stat st;
+    if ((!dir || !*dir) && stat(FK_NODE_STATE_DIR, &st) == 0 && S_ISDIR(st.st_mode)) dir = FK_NODE_STATE_DIR;
     if (!dir || !*dir) {
-        fprintf(stderr, "fake-nvml: FAKE_NVML_STATE_DIR is not set: no fake GPUs on this node\n");
+        fprintf(stderr, "fake-nvml: FAKE_NVML_STATE_DIR is not set and there is no " FK_NODE_STATE_DIR
+                        ": no fake GPUs on this node\n");
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     snprintf(fk_dir, sizeof fk_dir, "%s", dir);
-    struct stat st;
     if (stat(fk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return fk_refuse(NVML_ERROR_DRIVER_NOT_LOADED, NULL, "state directory does not exist");
     char path[PATH_MAX];
     fk_path(path, "lock");
     fk_lock_fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fk_lock_fd < 0 && errno == EROFS) fk_lock_fd = open(path, O_RDONLY | O_CLOEXEC); /* a read-only view */
     if (fk_lock_fd < 0)
         return fk_refuse(NVML_ERROR_LIB_RM_VERSION_MISMATCH, "lock", "missing: not a fake-nvml state directory");
     nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
@@ -492,9 +558,13 @@ static nvmlReturn_t fk_open_session(void) {
         fk_state_unlock();
     }
     if (rc == NVML_SUCCESS) {
-        if (!fk_apply_device_visibility())
-            fk_apply_visible(getenv("NVIDIA_VISIBLE_DEVICES"), 0);
-        fk_apply_visible(getenv("CUDA_VISIBLE_DEVICES"), 1);
+        if (fk_device_nodes_present()) {
+            fk_apply_device_nodes();
+        } else {
+            if (!fk_apply_device_visibility())
+                fk_apply_visible(getenv("NVIDIA_VISIBLE_DEVICES"), 0);
+            fk_apply_visible(getenv("CUDA_VISIBLE_DEVICES"), 1);
+        }
     } else {
         close(fk_lock_fd);
         fk_lock_fd = -1;
