@@ -71,7 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     layout = load_layout(args.layout) if args.layout else from_flags(args.node or [])
     from testbed.clusters.driver import parse_driver
 
-    driver = parse_driver(args.driver, args.driver_name, args.driver_binary)
+    driver = parse_driver(args.driver, args.driver_name, args.driver_binary, args.driver_image)
     spec = ClusterSpec(name=args.name, k8s=args.k8s, layout=layout, apiserver_port=args.port, binaries=dict(args.binary or []),
                        allow_large=args.allow_large, driver=driver)
     kubeconfig = _cluster(args.backend, args.name).create(spec, force=args.force)
@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the DRA driver on the GPU nodes (default: ours, the fake-GPU driver; nvidia: NVIDIA's gpu-kubelet-plugin)")
     up.add_argument("--driver-binary", metavar="PATH", help="with --driver nvidia: the gpu-kubelet-plugin executable "
                     "(default: $DRA_TESTBED_NVIDIA_PLUGIN)")
+    up.add_argument("--driver-image", metavar="IMAGE", help="with --driver nvidia on kind: run this image of NVIDIA's driver "
+                    "(in the local Docker engine) instead of building one around the binary")
     up.add_argument("--driver-name", help="DRA driver name its ResourceSlices carry (default: gpu.nvidia.com)")
     up.set_defaults(func=cmd_up)
 

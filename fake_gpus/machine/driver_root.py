@@ -31,21 +31,29 @@ def _smi_script(state_dir: Path) -> str:
             "-m fake_gpus.nvml.smi \"$@\"\n")
 
 
+def device_nodes(gpu_minors: list[int], mig_manager: bool = False) -> dict[str, tuple[int, int]]:
+    """Name under /dev -> (major, minor) of the node's NVIDIA device nodes: nvidia<minor> per GPU, nvidiactl,
+    nvidia-uvm(-tools); with `mig_manager` also the node-wide nvidia-caps of mig/config and mig/monitor."""
+    from fake_gpus.machine.procfs import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
+
+    nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in gpu_minors}
+    nodes.update({"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (NVIDIA_UVM_MAJOR, 0), "nvidia-uvm-tools": (NVIDIA_UVM_MAJOR, 1)})
+    if mig_manager:
+        nodes.update({"nvidia-caps/nvidia-cap1": (NVIDIA_CAPS_MAJOR, 1), "nvidia-caps/nvidia-cap2": (NVIDIA_CAPS_MAJOR, 2)})
+    return nodes
+
+
 def write_device_nodes(root: Path, gpu_minors: list[int]) -> None:
     """`<root>/dev/nvidia<minor>`, nvidiactl, nvidia-uvm(-tools) as character devices with NVIDIA's majors.
 
     NVIDIA's driver takes a driver root holding /dev as the device root and puts these nodes into CDI
     specs. Nothing backs them (opening one fails): they only have to exist with the right numbers.
     Needs root (mknod); without it the nodes are left out."""
-    from fake_gpus.machine.procfs import NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
-
     dev = root / "dev"
     (dev / "nvidia-caps").mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         return
-    nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in gpu_minors}
-    nodes.update({"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (NVIDIA_UVM_MAJOR, 0), "nvidia-uvm-tools": (NVIDIA_UVM_MAJOR, 1)})
-    for name, (major, minor) in nodes.items():
+    for name, (major, minor) in device_nodes(gpu_minors).items():
         path = dev / name
         if path.exists() and path.is_char_device() and os.stat(path).st_rdev == os.makedev(major, minor):
             continue

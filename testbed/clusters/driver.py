@@ -64,9 +64,17 @@ class DriverSpec:
 
 
 
-def parse_driver(text: str, name: str | None = None, binary: str | None = None) -> DriverSpec:
-    """`ours`, `nvidia` (NVIDIA's gpu-kubelet-plugin: `binary`, else $DRA_TESTBED_NVIDIA_PLUGIN),
-    `binary:PATH` or `image:REFERENCE` (the CLI's --driver); DriverSpecError otherwise."""
+def parse_driver(text: str, name: str | None = None, binary: str | None = None, image: str | None = None) -> DriverSpec:
+    """`ours`, `nvidia` (NVIDIA's gpu-kubelet-plugin: the image `image`, else the executable `binary`, else
+    $DRA_TESTBED_NVIDIA_PLUGIN), `binary:PATH` or `image:REFERENCE` (the CLI's --driver); DriverSpecError otherwise."""
+    if binary and image:
+        raise DriverSpecError("give either --driver-binary PATH or --driver-image IMAGE, not both")
+    if image is not None:
+        if text != "nvidia":
+            raise DriverSpecError("--driver-image goes with --driver nvidia")
+        if not image.strip():
+            raise DriverSpecError("--driver-image needs an image reference, e.g. registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v25.8.0")
+        return DriverSpec("image", name or current_identity().driver, image=image)
     if text == "nvidia":
         from testbed.nvidia.binary import PluginNotFound, plugin_binary
 

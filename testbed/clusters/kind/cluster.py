@@ -19,9 +19,11 @@ from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterSta
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.kind.driver import READY_TIMEOUT, kind_driver
+from testbed.clusters.kind.gpu_nodes import BASE_SPEC_IN_NODE, make_device_nodes, write_base_spec
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
-from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, node_labels, nvml_library, provision_state
+from testbed.clusters.kind.nodes import (NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, gpu_minors, node_labels, nvml_library,
+                                         provision_state)
 from testbed.clusters.layout import Layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
@@ -69,8 +71,9 @@ class KindCluster(Cluster):
     def exists(self) -> bool:
         return self.home.exists() or bool(self.node_containers())
 
-    def plan_nodes(self, layout: Layout) -> list[KindNode]:
-        """Control plane plus one worker per layout node, with state dirs and CNI configs to mount."""
+    def plan_nodes(self, layout: Layout, base_spec: Path | None = None) -> list[KindNode]:
+        """Control plane plus one worker per layout node, with state dirs and CNI configs to mount; GPU
+        workers also get `base_spec` as their containerd's base OCI spec (gpu_nodes.py)."""
         nodes = [KindNode("control-plane", 0)]
         nodes += [KindNode("worker", i + 1, layout=n, labels=node_labels(n)) for i, n in enumerate(layout.nodes)]
         for node in nodes:
@@ -84,6 +87,8 @@ class KindCluster(Cluster):
                 provision_state(state, node.layout)
                 node.mounts.append(Mount(str(state), NVML_STATE_IN_NODE))
                 node.mounts.append(Mount(str(nvml_library()), NVML_LIB_IN_NODE, readonly=True))
+                if base_spec is not None:
+                    node.mounts.append(Mount(str(base_spec), BASE_SPEC_IN_NODE, readonly=True))
         return nodes
 
     def render_config(self, spec: ClusterSpec, nodes: list[KindNode]) -> Path:
@@ -122,7 +127,7 @@ class KindCluster(Cluster):
         except ImageBuildError as exc:
             raise ClusterError(str(exc)) from exc
         self.home.mkdir(parents=True, exist_ok=True)
-        nodes = self.plan_nodes(spec.layout)
+        nodes = self.plan_nodes(spec.layout, write_base_spec(image, self.home / "cri-base.json"))
         config = self.render_config(spec, nodes)
         kubeconfig = self.home / "kubeconfig"
         try:
@@ -135,6 +140,9 @@ class KindCluster(Cluster):
                 self.add_routes()
             with progress.step("waiting for every node to be Ready"):
                 self.wait_ready(len(nodes))
+            for node in nodes:
+                if node.layout:
+                    make_device_nodes(self.node_name(node), gpu_minors(self.home / "nodes" / node.layout.name / "nvml"))
             self.record_spec(spec, release.kubernetes, image=image, kind=str(kind),
                              nodes={self.node_name(n): (n.layout.name if n.layout else "control-plane") for n in nodes})
             if not os.environ.get(NO_DRIVER_ENV):

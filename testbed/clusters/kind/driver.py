@@ -1,12 +1,14 @@
 """The driver on a kind cluster's GPU workers, behind one small interface per driver kind.
 
 Ours is two DaemonSets (dynamic and static MIG) of our driver image: a kubelet plugin and a slice publisher
-per node. A vendor's image (its own DaemonSet) plugs in as another `KindDriver` in DRIVERS.
+per node. NVIDIA's (a plugin binary or an image) is the DaemonSet of its chart (nvidia_driver.py). Each
+is a `KindDriver` in DRIVERS; deploying one removes the other.
 """
 
 from __future__ import annotations
 
 import abc
+import importlib
 import json
 import time
 from typing import TYPE_CHECKING
@@ -38,6 +40,18 @@ class KindDriver(abc.ABC):
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
         """Deploy (or redeploy) on the GPU workers and return once every layout node has its slices."""
 
+    def retire(self, cluster: KindCluster, namespace: str) -> None:
+        """Remove another driver deployed in `namespace`, if there is one, with its kubelet-plugin files on
+        the workers: both drivers may carry one name, and a plugin refuses the other's checkpoint."""
+        if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+            return
+        cluster.kubectl("delete", "namespace", namespace, "--wait=true", timeout=READY_TIMEOUT)
+        from testbed.clusters.kind.dockerd import docker
+
+        for node in cluster.node_containers():
+            if not node.endswith("-control-plane"):
+                docker("exec", node, "rm", "-rf", f"/var/lib/kubelet/plugins/{self.spec.name}", check=False)
+
 
 class OurDriver(KindDriver):
     """Our fake-GPU driver image, built from this tree and loaded into the workers."""
@@ -60,6 +74,9 @@ class OurDriver(KindDriver):
         classes = cluster.home / "device-classes.json"
         classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": DriverIdentity(self.spec.name).device_classes()}))
         with progress.step(f"deploying the driver ({image})"):
+            from testbed.clusters.kind.nvidia_driver import NVIDIA_NAMESPACE
+
+            self.retire(cluster, NVIDIA_NAMESPACE)
             cluster.kubectl("apply", "-f", str(classes))
             cluster.kubectl("apply", "-f", str(manifest))
             for group in groups:  # a redeploy (new image or env) must be rolled out before tests go on
@@ -68,8 +85,8 @@ class OurDriver(KindDriver):
             wait_driver(cluster, layout)
 
 
-def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIMEOUT) -> None:
-    """Every GPU node has a Ready driver pod and at least one ResourceSlice."""
+def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIMEOUT, namespace: str = DRIVER_NAMESPACE) -> None:
+    """Every GPU node has a Ready driver pod (in `namespace`) and at least one ResourceSlice."""
     api = cluster.api_client()
     try:
         core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
@@ -78,7 +95,7 @@ def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIM
         while True:
             names = {n.metadata.name: n.metadata.labels.get("dra-testbed.io/layout-node")
                      for n in core.list_node(label_selector="dra-testbed.io/layout-node").items}
-            pods = core.list_namespaced_pod(DRIVER_NAMESPACE).items
+            pods = core.list_namespaced_pod(namespace).items
             running = {names.get(p.spec.node_name) for p in pods
                        if p.status.phase == "Running" and all(c.ready for c in (p.status.container_statuses or []))}
             sliced = {names.get(s.spec.node_name) for s in resource.list_resource_slice().items}
@@ -92,11 +109,14 @@ def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIM
         api.close()
 
 
-DRIVERS: dict[str, type[KindDriver]] = {"ours": OurDriver}
+DRIVERS: dict[str, str] = {"ours": "testbed.clusters.kind.driver:OurDriver",
+                           "binary": "testbed.clusters.kind.nvidia_driver:NvidiaKindDriver",
+                           "image": "testbed.clusters.kind.nvidia_driver:NvidiaKindDriver"}
 
 
 def kind_driver(spec: DriverSpec) -> KindDriver:
     """The kind implementation of `spec`; DriverSpecError naming the kinds kind runs otherwise."""
     if spec.kind not in DRIVERS:
         raise DriverSpecError(unsupported("kind", spec, tuple(DRIVERS)))
-    return DRIVERS[spec.kind](spec)
+    module, name = DRIVERS[spec.kind].split(":")
+    return getattr(importlib.import_module(module), name)(spec)

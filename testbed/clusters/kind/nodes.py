@@ -7,10 +7,11 @@ from pathlib import Path
 
 from fake_gpus.machine.provision import ProvisionError, provision
 from fake_gpus.machine.provision import node_labels as hardware_labels
+from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed.clusters.base import ClusterError
 from testbed.clusters.layout import NodeSpec
 
-NVML_STATE_IN_NODE = "/var/lib/dra-testbed/nvml"
+NVML_STATE_IN_NODE = NODE_STATE_DIR  # where the fake NVML looks when FAKE_NVML_STATE_DIR is unset
 NVML_LIB_IN_NODE = "/opt/dra-testbed/nvml"
 
 
@@ -50,3 +51,10 @@ def nvml_library() -> Path:
     from fake_gpus.nvml.build import ensure_library
 
     return ensure_library()
+
+
+def gpu_minors(state: Path) -> list[int]:
+    """Minors of the GPUs provisioned in the node state directory `state`."""
+    from fake_gpus.nvml.state import validate_state_dir
+
+    return [g.minor for g in validate_state_dir(state)[0]]
