@@ -1,6 +1,8 @@
 """Sessions: `nox -s e2e` (bring up the default test bed, run the e2e suites, tear it down) and `nox -s tests`.
 
-$DRA_TESTBED_K8S picks the Kubernetes minor (default 1.34); arguments after `--` go to pytest.
+$DRA_TESTBED_K8S picks the Kubernetes minor (default 1.34), $DRA_TESTBED_BACKEND the backend of `e2e` (kwok,
+kind) and $DRA_TESTBED_DRIVER its driver (ours, nvidia: built from its pinned commit by `nox -s nvidia-plugin`
+unless $DRA_TESTBED_NVIDIA_PLUGIN names a binary); arguments after `--` go to pytest.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
 K8S = os.environ.get("DRA_TESTBED_K8S", "1.34")
+BACKEND = os.environ.get("DRA_TESTBED_BACKEND", "kwok")
+DRIVER = os.environ.get("DRA_TESTBED_DRIVER", "ours")
 
 
 def _prepare(session: nox.Session) -> None:
@@ -36,9 +40,21 @@ def e2e(session: nox.Session) -> None:
     """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it; ends with
     a table of what was proved and writes reports/e2e/junit.xml and reports/e2e/report.html."""
     _prepare(session)
-    session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, "-p", "testbed.proofs",
-                "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
-                "--proof-title", f"end-to-end on the default test bed (Kubernetes {K8S})", *session.posargs)
+    env = {}
+    if DRIVER == "nvidia" and not os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):
+        env["DRA_TESTBED_NVIDIA_PLUGIN"] = session.run("python", "-m", "testbed.nvidia.build", silent=True).strip().splitlines()[-1]
+    session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, "--backend", BACKEND, "--driver", DRIVER,
+                "-p", "testbed.proofs", "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
+                "--proof-title", f"end-to-end on the default test bed ({BACKEND}, Kubernetes {K8S}, driver {DRIVER})",
+                *session.posargs, env=env)
+
+
+@nox.session(name="nvidia-plugin")
+def nvidia_plugin(session: nox.Session) -> None:
+    """NVIDIA's gpu-kubelet-plugin built from its pinned commit (git: $DRA_TESTBED_NVIDIA_REPO or GitHub) into
+    the cache; prints its path."""
+    session.install("-e", ".")
+    session.run("python", "-m", "testbed.nvidia.build")
 
 
 TRACE_DIR = os.environ.get("DRA_TESTBED_TRACE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "alibaba-gpu-v2023"))
@@ -96,7 +112,8 @@ def fresh(session: nox.Session) -> None:
 def upstream(session: nox.Session) -> None:
     """Kubernetes' own DRA e2e suite (test/e2e/dra): builds and caches e2e.test of the minor, runs the control-plane
     group on a KWOK bed and writes junit.xml and summary.json to reports/upstream/kwok-MINOR/. Arguments after `--`
-    go to `dra-testbed upstream-e2e` instead (e.g. `-- --backend kind --focus REGEX`)."""
+    go to `dra-testbed upstream-e2e` instead (e.g. `-- --backend kind --k8s 1.35 --report DIR`: every DRA spec,
+    [Serial], [Slow] and [Feature:OffByDefault] included, on kind with the alpha gates on)."""
     _prepare(session)
     args = session.posargs or ["--backend", "kwok", "--k8s", K8S, "--report", f"reports/upstream/kwok-{K8S}"]
     session.run("dra-testbed", "upstream-e2e", *args)

@@ -102,6 +102,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--k8s", default=DEFAULT_MINOR, help="Kubernetes minor of the test bed")
     group.addoption("--layout", default=str(DEFAULT_LAYOUT), help="layout file of the test bed")
     group.addoption("--cluster-name", default="dra-testbed-e2e", help="name of the test-bed cluster")
+    group.addoption("--driver", default="ours", help="DRA driver of the session's test bed: ours (default), nvidia "
+                    "(NVIDIA's gpu-kubelet-plugin, $DRA_TESTBED_NVIDIA_PLUGIN), binary:PATH or image:REFERENCE")
     group.addoption("--kubeconfig", default=None, help="run against this existing cluster instead of bringing one up")
     group.addoption("--keep-cluster", action="store_true", help="leave the cluster running after the session")
     group.addoption("--reuse-cluster", action="store_true", help="use a running cluster of that name if there is one")
@@ -132,7 +134,13 @@ def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed
         yield TestBed("existing", kubeconfig, api, layout)
         api.close()
         return
-    with bed(layout, name=opts.cluster_name) as session_bed:
+    from testbed.clusters.driver import DriverSpecError, parse_driver
+
+    try:
+        driver = parse_driver(opts.driver)
+    except DriverSpecError as exc:
+        pytest.exit(f"--driver: {exc}", returncode=2)
+    with bed(layout, driver, name=opts.cluster_name) as session_bed:
         yield session_bed
 
 

@@ -103,3 +103,26 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], word: str) -> None:
     out = subprocess.run([sys.executable, "-m", "testbed.cli", "upstream-e2e", *args], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and word in out.stderr
+
+
+def test_a_spec_passing_only_on_a_retry_is_counted_passed_and_listed_flaky() -> None:
+    summary = summarise("1.34", "kind", _dry(CP, KUBELET), [Spec(CP, "passed", attempts=2), Spec(KUBELET, "passed")], [])
+    assert summary.ok and summary.counts["control plane"]["passed"] == 1
+    assert summary.flaky == [(CP, 2)] and summary.as_dict()["flaky"] == [(CP, 2)]
+
+
+def test_json_report_attempts_are_read(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps([{"SpecReports": [{"LeafNodeType": "It", "ContainerHierarchyTexts": ["[sig-node] [DRA] control plane"],
+                                                    "LeafNodeText": "must deallocate after use", "State": "passed", "NumAttempts": 2}]}]))
+    assert read_specs(report)[0].attempts == 2
+
+
+def test_parallel_run_hands_ginkgo_flags_before_and_suite_flags_after_the_binary(tmp_path: Path) -> None:
+    from testbed.upstream.run import Selection, _parallel
+
+    args = _parallel(Path("/g/ginkgo"), 3, Path("/b/e2e.test"), Path("/k/kc"), Selection(r"\[DRA\]", r"\[Slow\]"), tmp_path, 90, 2)
+    cut = args.index("--")
+    assert args[cut - 1] == "/b/e2e.test"
+    assert {"--procs=3", "--flake-attempts=2", r"--focus=\[DRA\]", r"--skip=\[Slow\]", "--timeout=90m"} <= set(args[:cut])
+    assert {"--kubeconfig=/k/kc", "--provider=skeleton"} <= set(args[cut:])

@@ -116,3 +116,32 @@ def ensure_e2e(minor: str, *, allow_download: bool = False) -> Path:
     """
     slot, _ = ensure_project(PROJECT, release_for(minor), allow_download=allow_download)
     return slot.path(BINARY)
+
+
+GINKGO = "github.com/onsi/ginkgo/v2"
+
+
+def ginkgo_version(module_dir: Path) -> str:
+    """The Ginkgo version k8s.io/kubernetes of that release requires (the CLI must match the suite's library)."""
+    match = re.search(rf"^\s*{re.escape(GINKGO)}\s+(v\S+)", (module_dir / "go.mod").read_text(), re.M)
+    if not match:
+        raise gobuild.BuildError(f"{module_dir}/go.mod requires no {GINKGO}")
+    return match.group(1)
+
+
+def ensure_ginkgo(minor: str) -> Path:
+    """The `ginkgo` CLI of the release's Ginkgo version (it runs e2e.test's specs in parallel processes), cached."""
+    from hostenv.dirs import cache_root
+
+    release = release_for(minor)
+    module = cache_root() / "go" / "mod" / "k8s.io" / f"kubernetes@{release.kubernetes}"
+    version = ginkgo_version(module)
+    home = cache_root() / "tools" / f"ginkgo-{version}"
+    binary = home / "ginkgo"
+    if not binary.is_file():
+        home.mkdir(parents=True, exist_ok=True)
+        log = home / "build.log"
+        log.write_text("")
+        gobuild.run_go(["nice", "-n", "10", go_binary(), "install", f"{GINKGO}/ginkgo@{version}"], home, log, None,
+                       go_env(CGO_ENABLED="0", GOBIN=str(home)))
+    return binary

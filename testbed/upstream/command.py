@@ -32,6 +32,18 @@ def _regex(text: str) -> str:
     return text
 
 
+def _count(what: str, top: int):
+    def parse(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= top:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}; valid: 1 to {top}")
+        return int(text)
+    return parse
+
+
+_procs = _count("a process count", 16)
+_attempts = _count("a number of attempts", 5)
+
+
 @contextmanager
 def test_bed(backend: str, name: str, minor: str, kubeconfig: str | None, keep: bool) -> Iterator[Path]:
     """The kubeconfig of `kubeconfig`, else of a fresh bed of the default layout, torn down afterwards unless `keep`."""
@@ -42,9 +54,17 @@ def test_bed(backend: str, name: str, minor: str, kubeconfig: str | None, keep: 
     from testbed.clusters.layout import load_layout
     from testbed.clusters.registry import cluster_for
 
+    images = None
+    if backend == "kind":  # built before the bed comes up: a failed build leaves nothing running
+        from testbed.upstream.images import ensure_images
+
+        images = ensure_images(minor)
     cluster = cluster_for(backend, name)
     try:
-        yield cluster.create(ClusterSpec(name=name, k8s=minor, layout=load_layout(LAYOUT)), force=True)
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=minor, layout=load_layout(LAYOUT)), force=True)
+        if images is not None:
+            cluster.load_images(*images.all())
+        yield kubeconfig
     finally:
         if not keep:
             cluster.delete()
@@ -65,9 +85,14 @@ def cmd_upstream(args: argparse.Namespace) -> int:
     selection = Selection(args.focus, DEFAULT_SKIP[args.backend] if args.skip is None else args.skip)
     folder = Path(args.report or f"upstream-report/{args.backend}-{args.k8s}")
     binary = ensure_e2e(args.k8s)
+    ginkgo = None
+    if args.procs > 1:
+        from testbed.upstream.binary import ensure_ginkgo
+
+        ginkgo = ensure_ginkgo(args.k8s)
     with test_bed(args.backend, args.name, args.k8s, args.kubeconfig, args.keep) as kubeconfig:
         summary = run_suite(binary, kubeconfig, selection, folder, minor=args.k8s, backend=args.backend,
-                            exceptions=excepted, timeout_min=args.timeout)
+                            exceptions=excepted, timeout_min=args.timeout, procs=args.procs, ginkgo=ginkgo, attempts=args.flake_attempts)
     report.write(summary, folder)
     report.table(summary, Console())
     print(f"junit: {folder / 'junit.xml'}; summary: {folder / 'summary.json'}", file=sys.stderr)
@@ -86,6 +111,9 @@ def register(sub: argparse._SubParsersAction, minor_type, name_type) -> None:
     p.add_argument("--kubeconfig", help="run against this existing cluster instead of bringing one up")
     p.add_argument("--exceptions", metavar="FILE", help="expected failures (default: testbed/upstream/exceptions.yaml)")
     p.add_argument("--timeout", type=int, default=60, help="minutes the suite may take (default 60)")
+    p.add_argument("--procs", type=_procs, default=1, help="parallel Ginkgo processes ([Serial] specs still run alone; default 1)")
+    p.add_argument("--flake-attempts", type=_attempts, default=1,
+                   help="runs a failing spec may take (default 1; those passing on a later one are listed as flaky)")
     p.add_argument("--keep", action="store_true", help="leave the bed running afterwards")
     p.add_argument("--build-only", action="store_true", help="only make sure e2e.test of the minor is cached; print its path")
     p.set_defaults(func=cmd_upstream)

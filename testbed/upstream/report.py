@@ -23,6 +23,7 @@ class Spec:
     state: str  # passed, failed, skipped, pending, panicked, interrupted, aborted, timedout
     seconds: float = 0.0
     message: str = ""
+    attempts: int = 1  # > 1: it failed first and was run again (--flake-attempts)
 
 
 def read_specs(path: Path) -> list[Spec]:
@@ -33,7 +34,8 @@ def read_specs(path: Path) -> list[Spec]:
             if r.get("LeafNodeType") != "It":
                 continue
             name = " ".join([*r.get("ContainerHierarchyTexts", []), r.get("LeafNodeText", "")]).strip()
-            specs.append(Spec(name, r.get("State", ""), (r.get("RunTime") or 0) / 1e9, ((r.get("Failure") or {}).get("Message") or "")[:300]))
+            specs.append(Spec(name, r.get("State", ""), (r.get("RunTime") or 0) / 1e9, ((r.get("Failure") or {}).get("Message") or "")[:300],
+                              r.get("NumAttempts") or 1))
     return specs
 
 
@@ -53,6 +55,7 @@ class Summary:
     failures: list[tuple[str, str]] = field(default_factory=list)  # (name, why): failed or unexpectedly passed
     excepted: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
     missing: list[str] = field(default_factory=list)  # selected by the dry run, absent from the run
+    flaky: list[tuple[str, int]] = field(default_factory=list)  # (name, attempts): passed only after a retry
 
     def total(self, column: str) -> int:
         return sum(c.get(column, 0) for c in self.counts.values())
@@ -69,7 +72,7 @@ class Summary:
     def as_dict(self) -> dict:
         return {"minor": self.minor, "backend": self.backend, "dry_run": self.dry_run, "counts": self.counts,
                 "totals_match": self.totals_match, "ok": self.ok, "failures": self.failures,
-                "excepted": self.excepted, "missing": self.missing}
+                "excepted": self.excepted, "missing": self.missing, "flaky": self.flaky}
 
 
 def summarise(minor: str, backend: str, dry_run: list[Spec], run: list[Spec], exceptions: list[Exception_]) -> Summary:
@@ -95,6 +98,8 @@ def summarise(minor: str, backend: str, dry_run: list[Spec], run: list[Spec], ex
             summary.excepted.append((spec.name, exception.reason))
         elif spec.state == "passed":
             counts["passed"] += 1
+            if spec.attempts > 1:
+                summary.flaky.append((spec.name, spec.attempts))
         else:
             counts["failed"] += 1
             summary.failures.append((spec.name, f"{spec.state}: {spec.message}"))
@@ -126,5 +131,7 @@ def table(summary: Summary, console: Console) -> None:
         console.print(f"[red]FAIL[/red] {name}: {why}")
     for name in summary.missing:
         console.print(f"[red]MISSING[/red] {name}: selected by the dry run, not in the run's report")
+    for name, attempts in summary.flaky:
+        console.print(f"[yellow]flaky[/yellow] {name}: passed on attempt {attempts}")
     for name, reason in summary.excepted:
         console.print(f"[yellow]excepted[/yellow] {name}: {reason}")

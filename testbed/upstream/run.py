@@ -11,11 +11,11 @@ from testbed.upstream.exceptions import Exception_
 from testbed.upstream.report import Summary, read_specs, summarise
 
 DRA_FOCUS = r"\[DRA\]"
-# KWOK has no kubelets: only the control-plane group runs there. On kind everything runs but the
-# long and serial specs and the alpha ones (their gates are off on our beds).
+# KWOK has no kubelets: only the control-plane group runs there. On kind everything runs, the serial,
+# slow and alpha ([Feature:OffByDefault]) specs too: the bed switches those gates on (clusters/features.py).
 DEFAULT_SKIP = {
     "kwok": r"\[Feature:DynamicResourceAllocation\]|\[Feature:OffByDefault\]|\[Serial\]|\[Slow\]",
-    "kind": r"\[Feature:OffByDefault\]|\[Serial\]|\[Slow\]",
+    "kind": "",
 }
 
 
@@ -46,12 +46,27 @@ def dry_run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path) 
     return report
 
 
-def run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, timeout_min: int) -> Path:
-    """The run itself: junit.xml and report.json in `folder`, the suite's output in e2e.log, progress per spec."""
+def _parallel(ginkgo: Path, procs: int, binary: Path, kubeconfig: Path, selection: Selection, folder: Path, timeout_min: int,
+              attempts: int) -> list[str]:
+    """The ginkgo CLI over the compiled e2e.test: `procs` processes, [Serial] specs alone at the end."""
+    return [str(ginkgo), f"--procs={procs}", f"--flake-attempts={attempts}", "--no-color", "-v", f"--focus={selection.focus}",
+            *([f"--skip={selection.skip}"] if selection.skip else []), f"--timeout={timeout_min}m",
+            f"--junit-report={folder.resolve() / 'junit.xml'}", f"--json-report={folder.resolve() / 'report.json'}", str(binary),
+            "--", f"--kubeconfig={kubeconfig}", "--provider=skeleton", f"--report-dir={folder}"]
+
+
+def run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, timeout_min: int,
+        procs: int = 1, ginkgo: Path | None = None, attempts: int = 1) -> Path:
+    """The run itself: junit.xml and report.json in `folder`, the suite's output in e2e.log, progress per spec.
+    With `procs` > 1 the ginkgo CLI (`ginkgo`) runs the specs in that many processes; a failed spec is run
+    up to `attempts` times (the summary lists those that needed it)."""
     report = folder / "report.json"
     log = folder / "e2e.log"
-    args = [*_base(binary, kubeconfig, selection), "--ginkgo.v", f"--ginkgo.timeout={timeout_min}m",
-            f"--ginkgo.junit-report={folder / 'junit.xml'}", f"--ginkgo.json-report={report}", f"--report-dir={folder}"]
+    if procs > 1 and ginkgo is not None:
+        args = _parallel(ginkgo, procs, binary, kubeconfig, selection, folder, timeout_min, attempts)
+    else:
+        args = [*_base(binary, kubeconfig, selection), "--ginkgo.v", f"--ginkgo.timeout={timeout_min}m", f"--ginkgo.flake-attempts={attempts}",
+                f"--ginkgo.junit-report={folder / 'junit.xml'}", f"--ginkgo.json-report={report}", f"--report-dir={folder}"]
     with progress.step(f"upstream DRA e2e (log: {log})") as current, log.open("w") as sink:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
@@ -73,9 +88,10 @@ def run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, time
 
 
 def run_suite(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, *, minor: str, backend: str,
-              exceptions: list[Exception_], timeout_min: int = 60) -> Summary:
+              exceptions: list[Exception_], timeout_min: int = 60, procs: int = 1, ginkgo: Path | None = None,
+              attempts: int = 1) -> Summary:
     """Dry run, run, and the summary of both."""
     folder.mkdir(parents=True, exist_ok=True)
     selected = read_specs(dry_run(binary, kubeconfig, selection, folder))
-    done = read_specs(run(binary, kubeconfig, selection, folder, timeout_min))
+    done = read_specs(run(binary, kubeconfig, selection, folder, timeout_min, procs, ginkgo, attempts))
     return summarise(minor, backend, selected, done, exceptions)

@@ -1,0 +1,3 @@
+module dratestbed.local/hostpathplugin
+
+go 1.22
