@@ -67,7 +67,8 @@ def run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, time
     else:
         args = [*_base(binary, kubeconfig, selection), "--ginkgo.v", f"--ginkgo.timeout={timeout_min}m", f"--ginkgo.flake-attempts={attempts}",
                 f"--ginkgo.junit-report={folder / 'junit.xml'}", f"--ginkgo.json-report={report}", f"--report-dir={folder}"]
-    with progress.step(f"upstream DRA e2e (log: {log})") as current, log.open("w") as sink:
+    # line-buffered: the log is what one watches while a run of an hour goes on
+    with progress.step(f"upstream DRA e2e (log: {log})") as current, log.open("w", buffering=1) as sink:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         try:
