@@ -77,3 +77,16 @@ def _summary(obj: Any) -> str:
     status = getattr(obj, "status", None)
     meta = getattr(obj, "metadata", None)
     return f"{getattr(meta, 'name', '?')} status={status}"[:600]
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = 120.0, interval: float = 0.2) -> Any:
+    """Poll `check` until it returns something truthy (returned); WaitTimeout naming `what` after `timeout`.
+    For conditions spread over several objects (a pod's phase and its events), where no one watch fits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{what} within {timeout:.0f}s")
+        time.sleep(interval)

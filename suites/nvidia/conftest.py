@@ -6,8 +6,10 @@ these tests fail with one line saying how to provide it, never skip.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -27,21 +29,29 @@ def nvidia_binary() -> Path:
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.fixture
-def nvidia_node(testbed: TestBed, nvidia_binary: Path) -> Iterator[Callable[..., plugin.NodePlugin]]:
-    """nvidia_node(board, count, mode, mig_layout=None) -> a fresh KWOK node served by NVIDIA's plugin."""
+@contextmanager
+def node_factory(testbed: TestBed, binary: Path) -> Iterator[Callable[..., plugin.NodePlugin]]:
+    """make(board, count, mode, mig_layout=None) -> a fresh node of `testbed` served by NVIDIA's plugin;
+    every node made is removed, with its plugin and files, on exit."""
     home = Path(tempfile.mkdtemp(prefix="nv-"))
     started: list[plugin.NodePlugin] = []
 
     def make(board: str, count: int, mode: str, mig_layout: dict[str, int] | None = None) -> plugin.NodePlugin:
         name = f"nv-{uuid.uuid4().hex[:6]}"
         spec = NodeSpec(name, board, count, parse_mode(mode, name))
-        started.append(nodes.start_node(testbed.api, home, testbed.kubeconfig, spec, nvidia_binary, mig_layout))
+        started.append(nodes.start_node(testbed.api, home, testbed.kubeconfig, spec, binary, mig_layout))
         return started[-1]
 
-    yield make
-    for p in started:
-        nodes.remove_node(testbed.api, p)
-    import shutil
+    try:
+        yield make
+    finally:
+        for p in started:
+            nodes.remove_node(testbed.api, p)
+        shutil.rmtree(home, ignore_errors=True)
 
-    shutil.rmtree(home, ignore_errors=True)
+
+@pytest.fixture
+def nvidia_node(testbed: TestBed, nvidia_binary: Path) -> Iterator[Callable[..., plugin.NodePlugin]]:
+    """nvidia_node(board, count, mode, mig_layout=None) -> a fresh KWOK node served by NVIDIA's plugin."""
+    with node_factory(testbed, nvidia_binary) as make:
+        yield make

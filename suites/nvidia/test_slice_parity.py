@@ -3,10 +3,14 @@
 For every board, whole GPUs, dynamic MIG and a static MIG layout: NVIDIA's plugin runs on a KWOK node's
 fake hardware (fake NVML, driver root, /proc and /sys views) and publishes; our driver's slices for that
 same node are built from the same NVML state and checked by the API server (dryRun). The comparison
-(testbed.nvidia.parity) leaves out only ALLOWED_DIFFERENCES; everything else must be identical.
+(testbed.nvidia.parity) leaves out only ALLOWED_DIFFERENCES; everything else must be identical. Both
+minors whose pool shapes differ run: 1.34 (a GPU's counter set and devices in one slice) and 1.35 (the
+counter sets, then a devices slice per GPU), each on a bed of its own.
 """
 
 from __future__ import annotations
+
+from typing import Iterator
 
 import pytest
 from kubernetes import client
@@ -14,9 +18,30 @@ from kubernetes import client
 from fake_gpus.catalog import BOARD_KEYS, get_board
 from fake_gpus.driver.slices import server_minor
 from fake_gpus.machine.provision import usable_layouts
+from testbed.clusters.layout import Layout, parse_node_flag
 from testbed.nvidia import parity, plugin
 
+from suites.nvidia.conftest import node_factory
+
 pytestmark = pytest.mark.cluster
+MINORS = ("1.34", "1.35")  # the two pool shapes NVIDIA's driver publishes (1.36+ shares 1.35's)
+
+
+@pytest.fixture(scope="module", params=MINORS)
+def parity_bed(request: pytest.FixtureRequest, bed, testbed):
+    """The session's bed when it runs this minor, else a one-node KWOK bed of it (NVIDIA's nodes join it)."""
+    if request.param == request.config.option.k8s.removeprefix("v"):
+        yield testbed
+        return
+    layout = Layout((parse_node_flag("anchor=h100-80gb:1:whole"),), name=f"nvparity-{request.param}")
+    with bed(layout, backend="kwok", k8s=request.param) as minor_bed:
+        yield minor_bed
+
+
+@pytest.fixture
+def on_minor(parity_bed, nvidia_binary) -> Iterator:
+    with node_factory(parity_bed, nvidia_binary) as make:
+        yield make
 
 
 def _static_cases() -> list[tuple[str, str]]:
@@ -32,7 +57,8 @@ CASES = [(key, mode) for key in BOARD_KEYS for mode in ("whole", "dynamic-mig")]
 
 
 @pytest.mark.parametrize("board, mode", CASES, ids=[f"{b}-{m}" for b, m in CASES])
-def test_our_slices_equal_nvidias(board: str, mode: str, testbed, nvidia_node) -> None:
+def test_our_slices_equal_nvidias(board: str, mode: str, parity_bed, on_minor) -> None:
+    testbed, nvidia_node = parity_bed, on_minor
     count = 2 if mode.startswith("static-mig") else 8
     layout = usable_layouts(get_board(board))[mode.split(":", 1)[1]] if mode.startswith("static-mig") else None
     node = nvidia_node(board, count, mode, layout)
@@ -43,16 +69,18 @@ def test_our_slices_equal_nvidias(board: str, mode: str, testbed, nvidia_node) -
     assert parity.differences(ours, theirs) == []
 
 
-def test_the_comparison_sees_a_difference(testbed, nvidia_node) -> None:
+def test_the_comparison_sees_a_difference(parity_bed, on_minor) -> None:
     """The check can fail: a driver that, say, drops one MIG placement or renames a device is caught."""
+    testbed, nvidia_node = parity_bed, on_minor
     node = nvidia_node("h100-80gb", 1, "dynamic-mig")
     theirs = plugin.wait_published(testbed.api, node)
     uid = testbed.core.read_node(node.node).metadata.uid
     minor = server_minor(client.VersionApi(testbed.api).get_code())
     ours = parity.our_slices(testbed.api, node.node, uid, node.views.state_dir, "dynamic-mig", minor)
-    dropped = [dict(s, spec=dict(s["spec"], devices=s["spec"]["devices"][:-1])) for s in ours]
-    assert any("names differ" in d for d in parity.differences(dropped, theirs))
-    renamed = [dict(s, spec=dict(s["spec"], devices=[dict(d, name=d["name"] + "x") for d in s["spec"]["devices"]])) for s in ours]
-    assert parity.differences(renamed, theirs)
-    wrong = [dict(s, spec=dict(s["spec"], devices=[dict(d, capacity={"memory": {"value": "1Gi"}}) for d in s["spec"]["devices"]])) for s in ours]
+    def devices(change):  # `change` applied to the device list of every slice that has one (1.35: not the counter slices)
+        return [dict(s, spec=dict(s["spec"], devices=change(s["spec"]["devices"]))) if "devices" in s["spec"] else s for s in ours]
+
+    assert any("names differ" in d for d in parity.differences(devices(lambda ds: ds[:-1]), theirs))
+    assert parity.differences(devices(lambda ds: [dict(d, name=d["name"] + "x") for d in ds]), theirs)
+    wrong = devices(lambda ds: [dict(d, capacity={"memory": {"value": "1Gi"}}) for d in ds])
     assert any("capacity" in d for d in parity.differences(wrong, theirs))

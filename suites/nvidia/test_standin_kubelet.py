@@ -12,27 +12,19 @@ id and then looks the parent up by that empty id, "could not get device handle b
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from fake_gpus.nvml import state
 from testbed.kubelet.daemon import FAILED_REASON, PREPARED_ANNOTATION, daemon_for
 from testbed.nvidia import plugin
+from testbed.waiting import until
 
 pytestmark = pytest.mark.cluster
 
 SMALL = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
 
 
-def _until(what: str, check, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout:.0f}s"
-        time.sleep(0.2)
 
 
 def test_prepare_after_binding_retry_with_events_and_unprepare_on_delete(testbed, namespace, nvidia_node, nvidia_binary):
@@ -57,20 +49,20 @@ def test_prepare_after_binding_retry_with_events_and_unprepare_on_delete(testbed
             events = testbed.core.list_namespaced_event(namespace, field_selector="involvedObject.name=p").items
             return [e for e in events if e.reason == FAILED_REASON and e.type == "Warning"]
 
-        first = _until("a FailedPrepareDynamicResources event", failures)
+        first = until("a FailedPrepareDynamicResources event", failures)
         assert "DRA driver gpu.nvidia.com is not registered" in first[0].message, first[0].message
-        _until("a retry (a second event)", lambda: len(failures()) >= 2)
+        until("a retry (a second event)", lambda: len(failures()) >= 2)
         pod = testbed.core.read_namespaced_pod("p", namespace)
         assert PREPARED_ANNOTATION not in (pod.metadata.annotations or {})
 
         plugin.start(nvidia_binary, node, testbed.kubeconfig, "dynamic-mig")  # back: registered, the next retry succeeds
-        _until(f"the pod marked prepared (events: {[e.message for e in failures()][-2:]})",
+        until(f"the pod marked prepared (events: {[e.message for e in failures()][-2:]})",
                lambda: (testbed.core.read_namespaced_pod("p", namespace).metadata.annotations or {}).get(PREPARED_ANNOTATION) == "true")
         _, mig = state.validate_state_dir(node.views.state_dir)
         assert [(g.profile_id) for g in mig.gpu_instances] == [19], mig
 
         testbed.core.delete_namespaced_pod("p", namespace, grace_period_seconds=0)
-        _until("the instance destroyed after the pod went",
+        until("the instance destroyed after the pod went",
                lambda: not state.validate_state_dir(node.views.state_dir)[1].gpu_instances)
     finally:
         daemon.stop.set()

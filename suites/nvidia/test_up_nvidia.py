@@ -1,5 +1,5 @@
 """`dra-testbed up --driver nvidia` on KWOK: NVIDIA's plugin serves every node, the stand-in kubelet prepares
-pods' claims, DeviceClasses are the chart's, and `down` leaves no process, socket directory or file."""
+pods' claims (then the pod runs), DeviceClasses are the chart's, and `down` leaves no process, socket directory or file."""
 
 from __future__ import annotations
 
@@ -54,6 +54,9 @@ def test_up_with_nvidias_driver_prepares_pods_and_down_cleans_up(nvidia_binary, 
         deadline = time.monotonic() + 120
         while (core.read_namespaced_pod("p", "default").metadata.annotations or {}).get(PREPARED_ANNOTATION) != "true":
             assert time.monotonic() < deadline, "the stand-in kubelet did not prepare the pod's claim"
+            time.sleep(0.3)
+        while core.read_namespaced_pod("p", "default").status.phase != "Running":  # KWOK's gate lets it run now
+            assert time.monotonic() < deadline, "the prepared pod did not turn Running"
             time.sleep(0.3)
     finally:
         api.close()

@@ -5,12 +5,15 @@ does before starting containers) and then marks the pod with PREPARED_ANNOTATION
 gives the pod a Warning event `FailedPrepareDynamicResources` with the plugin's message (the kubelet's
 reason) and is retried with exponential backoff (1 s doubling to 30 s). A pod that is deleted or
 finishes has its claims unprepared (kept until no pod of the node uses them). A plugin that is not up
-yet is registered as soon as its registration socket answers.
+yet is registered as soon as its registration socket answers. A node with an on-demand plugin
+(testbed.kubelet.process.OnDemand) has it started when its first claim-holding pod arrives (and again
+if it exits); its pods wait for it without an event for START_GRACE seconds.
 """
 
 from __future__ import annotations
 
 import datetime
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,11 +22,37 @@ from pathlib import Path
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from hostenv.processes import terminate
+from testbed.kubelet.process import OnDemand
 from testbed.kubelet.standin import PrepareError, StandInKubelet
 
 PREPARED_ANNOTATION = "dra-testbed.io/claims-prepared"
 FAILED_REASON = "FailedPrepareDynamicResources"  # the kubelet's event reason for a failed prepare
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
+START_GRACE = 60.0  # seconds an on-demand plugin may take to register (Python start-up on a loaded machine)
+
+
+@dataclass
+class _Starter:
+    """An on-demand plugin of one node."""
+
+    how: OnDemand
+    pid_file: Path
+    proc: subprocess.Popen | None = None
+    since: float = 0.0
+
+    def starting(self) -> bool:
+        """Start the plugin unless it runs; True while it is still within START_GRACE of its start."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self.how.start(self.pid_file)
+            self.since = time.monotonic()
+        return time.monotonic() - self.since < START_GRACE
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            terminate(self.proc.pid)
+            self.proc.wait()
+            self.pid_file.unlink(missing_ok=True)
 
 
 @dataclass
@@ -40,6 +69,7 @@ class KubeletDaemon:
     stop: threading.Event = field(default_factory=threading.Event)
     pods: dict[str, _PodState] = field(default_factory=dict)  # namespace/name -> state
     registered: set[str] = field(default_factory=set)
+    starters: dict[str, _Starter] = field(default_factory=dict)  # node -> its on-demand plugin
 
     def _register(self) -> None:
         for node, kubelet in self.kubelets.items():
@@ -84,6 +114,9 @@ class KubeletDaemon:
         if state.prepared or time.monotonic() < state.next_try:
             return
         try:
+            if node not in self.registered and node in self.starters and self.starters[node].starting():
+                state.next_try = time.monotonic() + 0.2  # its plugin is starting: no event yet
+                return
             if node not in self.registered:  # the kubelet's words when the plugin has not registered
                 raise PrepareError(f"failed to prepare dynamic resources: DRA driver {kubelet.driver} is not registered")
             kubelet.prepare_pod(self.api, pod)
@@ -110,6 +143,13 @@ class KubeletDaemon:
                 pass
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            for starter in self.starters.values():
+                starter.stop()
+
+    def _run(self) -> None:
         core = client.CoreV1Api(self.api)
         while not self.stop.is_set():
             self._register()
@@ -138,6 +178,9 @@ class KubeletDaemon:
                 w.stop()
 
 
-def daemon_for(api: client.ApiClient, nodes: dict[str, Path], driver: str, minor: str = "1.34") -> KubeletDaemon:
-    """A daemon for `nodes` (node name -> its plugin registry directory)."""
-    return KubeletDaemon(api, {n: StandInKubelet(n, driver, d, minor) for n, d in nodes.items()})
+def daemon_for(api: client.ApiClient, nodes: dict[str, Path], driver: str, minor: str = "1.34",
+               on_demand: dict[str, Path] | None = None) -> KubeletDaemon:
+    """A daemon for `nodes` (node name -> its plugin registry directory); `on_demand` names, per node, the
+    OnDemand file of a plugin to start when needed (its pid file beside it)."""
+    starters = {n: _Starter(OnDemand.read(f), f.with_suffix(".pid")) for n, f in (on_demand or {}).items()}
+    return KubeletDaemon(api, {n: StandInKubelet(n, driver, d, minor) for n, d in nodes.items()}, starters=starters)

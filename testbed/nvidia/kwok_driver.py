@@ -9,9 +9,6 @@ prepares the claims of pods bound to their nodes; `wait` returns when every node
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,9 +24,7 @@ from testbed.clusters.layout import Layout
 from testbed.nvidia import plugin
 from testbed.nvidia.binary import PluginNotFound, plugin_binary
 from testbed.nvidia.classes import chart_device_classes
-from hostenv.processes import terminate
-
-KUBELET_PID, KUBELET_LOG = "standin-kubelet.pid", "standin-kubelet.log"
+from testbed.kubelet import process as standin
 
 
 class NvidiaBinaryDriver(KwokDriver):
@@ -60,7 +55,7 @@ class NvidiaBinaryDriver(KwokDriver):
                 p.home.mkdir(parents=True, exist_ok=True)
                 plugin.start(self.binary, p, self.kubeconfig, node.mode.kind, self.spec.env)
                 plugins.append(p)
-            self._start_kubelet(home, plugins)
+            standin.start(home, self.kubeconfig, plugin.DRIVER, {p.node: p.registry_dir for p in plugins})
             with ThreadPoolExecutor(8) as pool:
                 for future in [pool.submit(plugin.wait_published, api, p) for p in plugins]:
                     future.result()
@@ -69,20 +64,7 @@ class NvidiaBinaryDriver(KwokDriver):
         finally:
             api.close()
 
-    def _start_kubelet(self, home: Path, plugins: list[plugin.NodePlugin]) -> None:
-        argv = [sys.executable, "-m", "testbed.kubelet", "--kubeconfig", str(self.kubeconfig), "--driver", plugin.DRIVER]
-        for p in plugins:
-            argv += ["--node", f"{p.node}={p.registry_dir}"]
-        with open(home / KUBELET_LOG, "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=dict(os.environ), start_new_session=True)
-        (home / KUBELET_PID).write_text(f"{proc.pid}\n")
-
     @classmethod
     def stop(cls, home: Path) -> None:
-        try:
-            terminate(int((Path(home) / KUBELET_PID).read_text().strip()))
-        except (OSError, ValueError):
-            pass
-        (Path(home) / KUBELET_PID).unlink(missing_ok=True)
+        standin.stop(home)
         plugin.stop_all(home)

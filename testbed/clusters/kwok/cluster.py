@@ -27,6 +27,7 @@ from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
+from testbed.clusters.kwok.stages import StagesError, stages_yaml
 from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
@@ -96,6 +97,10 @@ class KwokCluster(Cluster):
         check_size(spec.layout, "kwok", MAX_NODES, MAX_GPUS, spec.allow_large)
         release = release_for(spec.k8s)
         driver = kwok_driver(spec.driver)  # refuses a driver kind KWOK cannot run before anything starts
+        try:
+            stages = stages_yaml(release.kwok)
+        except StagesError as exc:
+            raise ClusterError(str(exc)) from exc
         if self.exists():
             if not force:
                 raise ClusterError(
@@ -113,7 +118,7 @@ class KwokCluster(Cluster):
             driver.spawn(self.home, self.home / "kubeconfig", spec.layout)
             threading.Thread(target=preload_api_modules, daemon=True).start()  # while kwokctl works
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
-                self._start_control_plane(toolchain, spec)
+                self._start_control_plane(toolchain, spec, stages)
             kubeconfig = self._write_kubeconfig(toolchain.path("kwokctl"))
             with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices") as step:
                 api = self.api_client()
@@ -160,7 +165,7 @@ class KwokCluster(Cluster):
         for kind in DRIVERS:
             driver_class(kind).stop(self.home)
 
-    def _start_control_plane(self, toolchain, spec: ClusterSpec) -> None:
+    def _start_control_plane(self, toolchain, spec: ClusterSpec, stages: str) -> None:
         release = release_for(spec.k8s)
         config = self.home / "kwokctl.yaml"
         config.write_text(render_template(
@@ -171,6 +176,7 @@ class KwokCluster(Cluster):
             feature_gates=as_flag(feature_gates(spec.k8s)),
             runtime_config=as_flag(runtime_config(spec.k8s)),
             apiserver_port=spec.apiserver_port,
+            stages=stages,
         ))
         # kwokctl picks "random" free ports by probing, so two creations at once can pick the same ones and
         # both hang; one creation at a time per machine (a few seconds each) rules that out.

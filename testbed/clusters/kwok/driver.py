@@ -1,22 +1,30 @@
 """The driver on a KWOK cluster's simulated nodes, behind one small interface per driver kind.
 
 KWOK nodes run no kubelet, so a driver here is host processes: ours is one ResourceSlice publisher for
-every node (fake_gpus.machine.launch). A vendor's kubelet-plugin binary (a process per node) plugs in as
-another `KwokDriver` in DRIVERS.
+every node (fake_gpus.machine.launch) and, per node, our kubelet plugin, which the stand-in kubelet
+(testbed.kubelet) starts when the node's first claim-holding pod arrives and then calls as the kubelet
+would. A vendor's kubelet-plugin binary (a process per node) plugs in as another `KwokDriver` in DRIVERS.
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
 import importlib
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, MIG_STATIC
 from fake_gpus.machine import launch
+from fake_gpus.nvml.build import ensure_library
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.layout import Layout
+from testbed.kubelet import process as standin
 
 
 class KwokDriver(abc.ABC):
@@ -39,9 +47,16 @@ class KwokDriver(abc.ABC):
         """Stop every process of this kind of driver at `home`; safe to call when none runs."""
 
 
+def _socket_root(home: Path) -> Path:
+    """Short-pathed directory for our plugins' sockets (a unix socket path has at most 107 bytes)."""
+    digest = hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / "dra-testbed-ours" / digest
+
+
 class OurDriver(KwokDriver):
     """Our fake-GPU driver: one publisher process for the whole cluster, writing each node's slices with that
-    node's own credential (the driver's service account, its token bound to the node)."""
+    node's own credential (the driver's service account, its token bound to the node); a kubelet plugin
+    per node on demand."""
 
     def __init__(self, spec: DriverSpec) -> None:
         super().__init__(spec)
@@ -50,6 +65,7 @@ class OurDriver(KwokDriver):
     def spawn(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
         self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
                                             node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
+        self._kubeconfig, self._layout = kubeconfig, layout
 
     def wait(self, home: Path) -> None:
         assert self._proc is not None, "wait() before spawn()"
@@ -57,10 +73,31 @@ class OurDriver(KwokDriver):
             launch.wait_publisher(home, self._proc)
         except RuntimeError as exc:
             raise ClusterError(str(exc)) from exc
+        self._start_kubelet(home)
+
+    def _start_kubelet(self, home: Path) -> None:
+        """The stand-in kubelet, with each node's plugin to start when a pod there holds claims."""
+        library, sockets = ensure_library(), _socket_root(home)
+        registries, plugins = {}, {}
+        for node in self._layout.nodes:
+            where = sockets / hashlib.sha256(node.name.encode()).hexdigest()[:8]
+            registries[node.name] = where / "registry"
+            mig = MIG_STATIC if node.mode.kind == "static-mig" else MIG_DYNAMIC
+            files = home / "plugins" / node.name
+            files.mkdir(parents=True, exist_ok=True)
+            plugins[node.name] = standin.OnDemand(
+                [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node.name,
+                 "--state-dir", str(home / "nvml" / node.name), "--nvml-lib-dir", str(library),
+                 "--plugin-dir", str(where / "plugin"), "--registry-dir", str(where / "registry"),
+                 "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(self._kubeconfig), "--mig", mig],
+                str(files / "plugin.log"), self.spec.process_env())
+        standin.start(home, self._kubeconfig, self.spec.name, registries, plugins)
 
     @classmethod
     def stop(cls, home: Path) -> None:
+        standin.stop(home)
         launch.stop_publisher(home)
+        shutil.rmtree(_socket_root(home), ignore_errors=True)
 
 
 # kind -> module:class, imported on first use: a vendor's driver (testbed/nvidia, NVIDIA's plugin as a process

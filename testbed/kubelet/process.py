@@ -1,0 +1,80 @@
+"""The stand-in kubelet as a background process of a KWOK cluster: started with the driver, stopped by `down`.
+
+A node's plugin either runs already (NVIDIA's, which also publishes) or is started by the stand-in
+when the first pod holding claims is bound to that node (`OnDemand`: ours, whose slices come from the
+publisher), so a large fleet runs no plugin it does not use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hostenv.processes import terminate
+
+KUBELET_PID, KUBELET_LOG = "standin-kubelet.pid", "standin-kubelet.log"
+ON_DEMAND_DIR = "standin-plugins"  # <home>/standin-plugins/<node>.json (how to start it) and <node>.pid
+_REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class OnDemand:
+    """How to start one node's plugin: its command line, added environment and log file."""
+
+    argv: list[str]
+    log: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> OnDemand:
+        data = json.loads(path.read_text())
+        return cls(list(data["argv"]), data["log"], dict(data.get("env") or {}))
+
+    def start(self, pid_file: Path) -> subprocess.Popen:
+        """Start it in a session of its own (the stand-in stops it; `down` stops it if the stand-in died)."""
+        env = {**os.environ, **self.env}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
+        with open(self.log, "ab") as log:
+            proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        pid_file.write_text(f"{proc.pid}\n")
+        return proc
+
+
+def start(home: Path, kubeconfig: Path, driver: str, nodes: dict[str, Path],
+          on_demand: dict[str, OnDemand] | None = None) -> int:
+    """Start `python -m testbed.kubelet` for `nodes` (node -> plugin registry dir); returns its pid."""
+    argv = [sys.executable, "-m", "testbed.kubelet", "--kubeconfig", str(kubeconfig), "--driver", driver]
+    for node, registry in nodes.items():
+        argv += ["--node", f"{node}={registry}"]
+    for node, how in (on_demand or {}).items():
+        spec = home / ON_DEMAND_DIR / f"{node}.json"
+        how.write(spec)
+        argv += ["--start", f"{node}={spec}"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
+    with open(home / KUBELET_LOG, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    (home / KUBELET_PID).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def stop(home: Path) -> None:
+    """Stop the stand-in kubelet of `home` and any plugin it started; safe when none runs."""
+    home = Path(home)
+    pid_files = [home / KUBELET_PID, *sorted((home / ON_DEMAND_DIR).glob("*.pid"))]
+    for pid_file in pid_files:  # the kubelet first: it would otherwise restart a plugin stopped under it
+        try:
+            terminate(int(pid_file.read_text().strip()))
+        except (OSError, ValueError):
+            pass
+        pid_file.unlink(missing_ok=True)
