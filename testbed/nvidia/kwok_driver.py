@@ -21,10 +21,10 @@ from fake_gpus.nvml.build import SONAME, ensure_library
 from testbed.clusters.base import ClusterError
 from testbed.clusters.kwok.driver import KwokDriver
 from testbed.clusters.layout import Layout
+from testbed.kubelet import process as standin
 from testbed.nvidia import plugin
 from testbed.nvidia.binary import PluginNotFound, plugin_binary
 from testbed.nvidia.classes import chart_device_classes
-from testbed.kubelet import process as standin
 
 
 class NvidiaBinaryDriver(KwokDriver):
