@@ -31,6 +31,9 @@ FAULTS: dict[str, str] = {
     "prepare-hangs": "NodePrepareResources never answers",
     "unprepare-leaks": "NodeUnprepareResources reports success but leaves the MIG instance in place",
     "cdi-wrong-device": "the CDI spec exposes a different device than the one allocated",
+    "cdi-all-devices": "the CDI spec of a whole-GPU claim exposes every GPU of the node, not only the allocated ones",
+    "checkpoint-lost": "a restarted kubelet plugin forgets what it had prepared, so unpreparing those claims leaks their MIG instances",
+    "admin-access-refused": "a whole GPU already prepared for one claim is refused to a second (admin-access) claim",
 }
 
 

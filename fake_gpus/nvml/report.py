@@ -36,6 +36,25 @@ def _mig_devices(handle) -> list[dict]:
     return found
 
 
+def _optional(call, *args):
+    """What an NVML call returns, or None where this NVML does not answer it."""
+    try:
+        value = call(*args)
+    except pynvml.NVMLError:
+        return None
+    return _text(value) if isinstance(value, bytes) else value
+
+
+def _facts(handle) -> dict:
+    """What NVIDIA's DRA attributes mirror: compute capability, PCI bus id, brand and architecture numbers."""
+    pci = _optional(pynvml.nvmlDeviceGetPciInfo, handle)
+    capability = _optional(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
+    return {"cuda_compute_capability": list(capability) if capability else None,
+            "pci_bus_id": _text(pci.busId) if pci is not None else None,
+            "brand": _optional(pynvml.nvmlDeviceGetBrand, handle),
+            "architecture": _optional(pynvml.nvmlDeviceGetArchitecture, handle)}
+
+
 def report() -> dict:
     """Devices NVML lists, with their MIG devices; an "error" key when NVML cannot start."""
     out: dict = {"env": {k: v for k, v in os.environ.items() if k.startswith(("NVIDIA_", "FAKE_NVML_", "CUDA_"))}}
@@ -45,6 +64,7 @@ def report() -> dict:
         return {**out, "error": f"nvmlInit: {exc}", "devices": []}
     try:
         out["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        out["cuda_driver_version"] = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         devices = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -59,6 +79,7 @@ def report() -> dict:
                 "memory_total": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
                 "mig_mode": current,
                 "mig_devices": _mig_devices(handle) if current else [],
+                **_facts(handle),
             })
         out["devices"] = devices
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -15,10 +16,14 @@ import pytest
     (["--driver", "gpu.nvidia.com", "--profile", "tpu"], "invalid choice: 'tpu'"),
     (["--profile", "gpu"], "the following arguments are required: --driver"),
     (["--driver", "gpu.nvidia.com", "--driver-binary", "/nonexistent"], "no driver binary at /nonexistent"),
+    (["--driver", "nvidia", "--driver-binary", sys.executable, "--faults", "wrong-memory"], "--faults switches dra-testbed's own driver on"),
+    (["--driver", "nvidia"], "NVIDIA's gpu-kubelet-plugin is needed here"),
+    (["--driver", "nvidia", "--driver-binary", __file__], "is not an executable file"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], expected: str, tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DRA_TESTBED_NVIDIA_PLUGIN"}
     run = subprocess.run([sys.executable, "-m", "testbed.cli", "conformance", "--report", str(tmp_path / "r"), *args],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], run.stderr

@@ -1,8 +1,11 @@
-"""Subjects to run the suite on: a KWOK test bed of the suite's own with our driver, or an existing cluster.
+"""Subjects to run the suite on: a KWOK or kind test bed of the suite's own, or an existing cluster.
 
-The KWOK bed is brought up without GPU nodes; the suite then adds the layout's nodes itself and waits
-until the driver's slices stop changing, so a driver that never publishes for a node is the checks'
-finding (slices.served-api), not a failed `up`.
+With our driver the KWOK bed is brought up without GPU nodes; the suite then adds the layout's nodes
+itself and waits until the driver's slices stop changing, so a driver that never publishes for a node is
+the checks' finding (slices.served-api), not a failed `up`. A vendor's binary on KWOK needs its nodes at
+`up` (a plugin process per node), so that bed has no node control. The kind bed runs the driver as
+DaemonSets on real kubelets; the suite may restart, roll and pause them (driver_control) and runs its
+workload image in pods to read NVML there.
 """
 
 from __future__ import annotations
@@ -54,21 +57,25 @@ def _add_node(api: client.ApiClient, node: NodeSpec) -> None:
 
 
 @contextmanager
-def kwok_bed(layout: Layout, k8s: str, driver: str, env: dict[str, str] | None = None, keep: bool = False) -> Iterator[tuple[Subject, Path]]:
-    """A fresh KWOK cluster running our driver (with `env`: fault switches) and the layout's GPU nodes."""
+def kwok_bed(layout: Layout, k8s: str, driver: str | DriverSpec, env: dict[str, str] | None = None,
+             keep: bool = False) -> Iterator[tuple[Subject, Path]]:
+    """A fresh KWOK cluster running `driver` (a name: our driver under it; with `env`: fault switches) and
+    the layout's GPU nodes."""
     name = f"conf-{uuid.uuid4().hex[:6]}"
     cluster = cluster_for("kwok", name)
-    env = dict(env or {})
+    spec = (driver if isinstance(driver, DriverSpec) else DriverSpec(name=driver)).with_env(dict(env or {}))
+    ours = spec.kind == "ours"
     try:
-        our_driver = DriverSpec(name=driver, env=env)
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=Layout((), name=layout.name), driver=our_driver))
+        up_layout = Layout((), name=layout.name) if ours else layout
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=up_layout, driver=spec))
         api = cluster.api_client()
 
         def restart() -> None:
-            cluster.deploy_driver(our_driver)
+            cluster.deploy_driver(spec)
 
-        subject = Subject(api, driver, "kwok", layout, restart_driver=restart, add_node=lambda n: _add_node(api, n))
-        for node in layout.nodes:
+        subject = Subject(api, spec.name, "kwok", layout, restart_driver=restart,
+                          add_node=(lambda n: _add_node(api, n)) if ours else None)
+        for node in layout.nodes if ours else ():
             _add_node(api, node)
         wait_published(subject, [n.name for n in layout.nodes])
         try:
@@ -78,6 +85,51 @@ def kwok_bed(layout: Layout, k8s: str, driver: str, env: dict[str, str] | None =
     finally:
         if not keep:
             cluster.delete()
+
+
+def _kind_layout(api: client.ApiClient, layout: Layout) -> Layout:
+    """The layout with each node named as its kind worker is (kind names nodes after containers)."""
+    from dataclasses import replace
+
+    labelled = {n.metadata.labels.get("dra-testbed.io/layout-node"): n.metadata.name
+                for n in client.CoreV1Api(api).list_node(label_selector="dra-testbed.io/layout-node").items}
+    return Layout(tuple(replace(n, name=labelled.get(n.name, n.name)) for n in layout.nodes), name=layout.name)
+
+
+@contextmanager
+def kind_bed(layout: Layout, k8s: str, driver: DriverSpec, name: str | None = None,
+             keep: bool = False) -> Iterator[tuple[Subject, Path]]:
+    """A fresh kind cluster (named `name`, default a random conf-kind-*) with `driver` on the layout's
+    GPU workers and our workload image loaded into them."""
+    name = name or f"conf-kind-{uuid.uuid4().hex[:6]}"
+    cluster = cluster_for("kind", name)
+    try:
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=layout, driver=driver))
+        subject = kind_subject(cluster, layout, driver.name)
+        try:
+            yield subject, kubeconfig
+        finally:
+            subject.api.close()
+    finally:
+        if not keep:
+            cluster.delete()
+
+
+def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
+    """The subject of a running kind cluster of the suite's own: our workload image loaded into its
+    workers, and the driver's DaemonSets under the suite's control."""
+    from testbed.clusters.kind.driver_image import ensure_workload_image
+    from testbed.conformance import driver_control
+
+    workload = ensure_workload_image()
+    cluster.load_images(workload, workers_only=True)
+    api = cluster.api_client()
+    subject = Subject(api, driver, "kind", _kind_layout(api, layout), workload_image=workload,
+                      restart_driver=lambda: driver_control.restart_pods(api),
+                      roll_driver=lambda: driver_control.roll_out(api),
+                      pause_driver=lambda: driver_control.paused(api))
+    wait_published(subject, [n.name for n in subject.layout.nodes])
+    return subject
 
 
 @contextmanager

@@ -27,6 +27,7 @@ E2E_DRA = "kubernetes test/e2e/dra"
 NVIDIA_NAMES = "NVIDIA dra-driver-nvidia-gpu published names (DeviceClasses, attributes, capacities)"
 NVIDIA_MIG = "NVIDIA MIG user guide: supported MIG profiles"
 CNCF = "CNCF AI conformance: accelerators/dra_support"
+LIFECYCLE = ("prepare-fails", "prepare-hangs")  # a driver that never prepares: every pod-starting check fails
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Check:
     backends: tuple[str, ...]
     profiles: tuple[str, ...]
     faults: tuple[str, ...]  # our driver's switches under which this check must fail
-    needs: tuple[str, ...] = ()  # subject capabilities beyond the API: "restart-driver", "node-control"
+    needs: tuple[str, ...] = ()  # subject capabilities beyond the API (subject.py): "restart-driver", "node-control", ...
 
 
 CHECKS: tuple[Check, ...] = (
@@ -106,24 +107,45 @@ CHECKS: tuple[Check, ...] = (
           (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
           ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute")),
     # --------------------------------------------------------------------- node side (kubelet plugin)
+    # Every node-side check starts pods: a driver that never prepares (prepare-fails, prepare-hangs) fails
+    # them all, so those two faults are tied to each (LIFECYCLE).
+    # cdi-wrong-device: the dynamic MIG device's pod sees its parent GPU whole, so no MIG device to compare
+    Check("slices.nvml-agree", MUST,
+          "Each allocated device's published uuid, productName, memory, cudaComputeCapability (GPUs) and parentUUID, profile, memory (MIG devices) agree with NVML in the pod holding it.",
+          (NVIDIA_NAMES, E2E_DRA), NODE_SIDE, PROFILES,
+          ("wrong-memory", "parent-uuid-unstable", "mig-profile-names", "cdi-wrong-device", *LIFECYCLE), ("workload-image",)),
     Check("node.prepare-unprepare", MUST,
           "A pod with a claim starts once the claim is prepared, and its devices are unprepared when it is gone.",
-          (E2E_DRA, CNCF), NODE_SIDE, PROFILES, ("prepare-fails", "prepare-hangs", "unprepare-leaks")),
+          (E2E_DRA, CNCF), NODE_SIDE, PROFILES, ("unprepare-leaks", *LIFECYCLE), ("workload-image",)),
     Check("node.container-sees-its-devices", MUST,
-          "A container sees through NVML exactly the devices allocated to its claims, with the published attributes and capacities.",
-          (E2E_DRA, NVIDIA_NAMES), NODE_SIDE, PROFILES, ("cdi-wrong-device",)),
+          "A container sees through NVML exactly the devices allocated to its claim: those whole GPUs, that many MIG devices.",
+          (E2E_DRA, NVIDIA_NAMES), NODE_SIDE, PROFILES, ("cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
+    Check("node.several-claims-containers", MUST,
+          "In a pod with two claims and three containers (one claim each, both), each container sees exactly its claims' devices.",
+          (E2E_DRA,), NODE_SIDE, ("gpu",), ("cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
     Check("node.shared-claim", MUST,
-          "Two pods sharing one claim both run and see the same device.",
-          (E2E_DRA,), NODE_SIDE, ("gpu",), ("cdi-wrong-device",)),
+          "Two pods sharing one claim both run and see exactly the claim's device.",
+          (E2E_DRA,), NODE_SIDE, ("gpu",), ("cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
+    Check("node.init-containers", MUST,
+          "An init container and the main container using one claim both see exactly its device.",
+          (E2E_DRA,), NODE_SIDE, ("gpu",), ("cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
     Check("node.force-delete-unprepare", MUST,
-          "A force-deleted pod's claim is unprepared and its devices become allocatable again.",
-          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("unprepare-leaks",)),
+          "A force-deleted pod's claim is unprepared: a pod given the whole GPU afterwards sees no MIG device left.",
+          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("unprepare-leaks", *LIFECYCLE), ("workload-image",)),
     Check("node.prepare-retried", MUST,
-          "A prepare that failed is retried and the pod starts once it succeeds.",
-          (E2E_DRA,), NODE_SIDE, PROFILES, ("prepare-fails",)),
+          "A prepare that failed (the driver was off the node) is retried and the pod starts once the driver is back.",
+          (E2E_DRA,), NODE_SIDE, PROFILES, LIFECYCLE, ("workload-image", "pause-driver")),
     Check("node.plugin-restart", MUST,
-          "A kubelet plugin restart with claims prepared keeps running pods and prepares new ones.",
-          (E2E_DRA,), NODE_SIDE, PROFILES, ("prepare-hangs",), ("restart-driver",)),
+          "A restart of the driver's pods with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
+          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "restart-driver")),
+    Check("node.rolling-update", MUST,
+          "A rolling update of the driver's DaemonSets with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
+          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "roll-driver")),
+    # cdi-wrong-device, cdi-all-devices: the admin pod sees other devices than the one it was given
+    Check("node.admin-access", SHOULD,
+          "A device held by a pod is also given to an admin-access claim (in a namespace labelled for it), whose pod runs and sees exactly it.",
+          ("KEP-5018 DRA admin access", E2E_DRA), NODE_SIDE, ("gpu",),
+          ("admin-access-refused", "cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
 )
 
 BY_ID = {c.id: c for c in CHECKS}

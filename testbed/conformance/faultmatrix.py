@@ -1,7 +1,9 @@
 """The fault matrix, generated from the check table: per fault switch of our driver, the checks that must fail.
 
-`run_fault` brings up a KWOK bed with one switch on and runs every check KWOK can run; `render`
-lays expected and observed verdicts out as a check x fault table (markdown), for the report and CI.
+`run_fault` brings up a KWOK bed with one switch on and runs every check KWOK can run; the kind matrix
+covers the checks only real kubelets can run (`node_only`), one row per switch on a single kind bed whose
+driver is redeployed with that switch (`run_fault_kind`). `render` lays expected and observed verdicts
+out as a check x fault table (markdown), for the report and CI.
 """
 
 from __future__ import annotations
@@ -9,19 +11,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from testbed.conformance.checks import CHECKS, KWOK, Check
+from testbed.conformance.checks import CHECKS, KIND, KWOK, Check
 from testbed.conformance.outcome import Outcome
 
 NO_FAULT = "none"
 
 
 def runnable(backend: str = KWOK) -> list[Check]:
-    """Checks the backend can run (with a test bed of the suite's own: every capability)."""
+    """Checks the backend can run (with a test bed of the suite's own: every capability); for kind only
+    those KWOK cannot run (the rest are proven on KWOK beds, which are cheaper)."""
+    if backend == KIND:
+        return [c for c in CHECKS if KIND in c.backends and KWOK not in c.backends]
     return [c for c in CHECKS if backend in c.backends]
 
 
 def faults(backend: str = KWOK) -> list[str]:
-    """Every fault tied to a check the backend can run, sorted."""
+    """Every fault tied to a check the backend's matrix runs, sorted."""
     return sorted({f for c in runnable(backend) for f in c.faults})
 
 
@@ -39,6 +44,33 @@ def run_fault(fault: str, layout, k8s: str, root: Path, driver: str = "gpu.nvidi
     env = {} if fault == NO_FAULT else fault_env([fault])
     with kwok_bed(layout, k8s, driver, env) as (subject, _):
         return run_checks(runnable(KWOK), subject, root)
+
+
+def run_fault_kind(fault: str, cluster, layout, root: Path, checks: Sequence[Check] | None = None,
+                   driver: str = "gpu.nvidia.com") -> list[Outcome]:
+    """The kind matrix row of `fault`: our driver redeployed on the running kind bed with that switch, the
+    node-only checks (or `checks`), then the driver back without faults and dynamic-MIG GPUs reset (a
+    leaking fault must not spill into the next row)."""
+    from fake_gpus.driver.faults import fault_env
+    from fake_gpus.nvml.state import reset_state_dir
+    from testbed.clusters.driver import DriverSpec
+    from testbed.conformance.beds import kind_subject
+    from testbed.conformance.run import run_checks
+
+    env = {} if fault == NO_FAULT else fault_env([fault])
+    cluster.deploy_driver(DriverSpec(name=driver, env=env))
+    try:
+        subject = kind_subject(cluster, layout, driver)
+        try:
+            return run_checks(list(checks) if checks is not None else runnable(KIND), subject, root)
+        finally:
+            subject.api.close()
+    finally:
+        if env:
+            cluster.deploy_driver(DriverSpec(name=driver))
+        for node in layout.nodes:
+            if node.mode.kind == "dynamic-mig":
+                reset_state_dir(cluster.home / "nodes" / node.name / "nvml")
 
 
 def render(observed: Mapping[str, Sequence[Outcome]], backend: str = KWOK) -> str:

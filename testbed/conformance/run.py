@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Iterable
 
-from testbed.conformance import generated, name_checks, sched_checks, slice_checks
+from testbed.conformance import generated, name_checks, node_checks, sched_checks, slice_checks
 from testbed.conformance.checks import Check
 from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, CheckFailed, Evidence, NotRun, Outcome
 from testbed.conformance.subject import Subject
@@ -36,6 +36,17 @@ PROBES: dict[str, Probe] = {
     "sched.match-attribute": sched_checks.match_attribute,
     "sched.partitions": sched_checks.partitions,
     "sched.generated": generated.generated,
+    "slices.nvml-agree": node_checks.nvml_agrees,
+    "node.prepare-unprepare": node_checks.prepare_unprepare,
+    "node.container-sees-its-devices": node_checks.container_sees_its_devices,
+    "node.several-claims-containers": node_checks.several_claims_containers,
+    "node.shared-claim": node_checks.shared_claim,
+    "node.init-containers": node_checks.init_containers,
+    "node.force-delete-unprepare": node_checks.force_delete_unprepare,
+    "node.prepare-retried": node_checks.prepare_retried,
+    "node.plugin-restart": node_checks.plugin_restart,
+    "node.rolling-update": node_checks.rolling_update,
+    "node.admin-access": node_checks.admin_access,
 }
 
 
@@ -69,6 +80,8 @@ def run_check(check: Check, subject: Subject, root: Path, log: Callable[[str], N
         except Exception as exc:  # noqa: BLE001 - the suite's own failure is recorded, the run goes on
             evidence.write("traceback.txt", traceback.format_exc())
             verdict, message = ERROR, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        finally:
+            subject.close()  # the check's namespaces (pods, claims) go before the next check starts
     outcome = Outcome(check.id, check.level, verdict, message, round(time.monotonic() - started, 3), evidence.files, check.requirement)
     log(f"{verdict.upper():5} {check.id} ({outcome.duration:.1f}s){': ' + message if message else ''}")
     return outcome

@@ -161,6 +161,24 @@ def _fingerprint(slices: list[dict]) -> dict[str, dict]:
                                     "spec": s["spec"]} for s in slices}
 
 
+def _spec_diff(old: dict, new: dict, limit: int = 4) -> str:
+    """What differs between two slice specs: devices gone or new, then per device the fields that differ."""
+    before = {d["name"]: d for d in old.get("devices") or []}
+    after = {d["name"]: d for d in new.get("devices") or []}
+    parts = [f"device {n} gone" for n in sorted(set(before) - set(after))] + [f"device {n} new" for n in sorted(set(after) - set(before))]
+    for name in sorted(set(before) & set(after)):
+        for key in sorted(set(before[name]) | set(after[name])):
+            if before[name].get(key) != after[name].get(key):
+                a, b = before[name].get(key) or {}, after[name].get(key) or {}
+                inner = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) if isinstance(a, dict) and isinstance(b, dict) else []
+                parts.append(f"{name} {key}" + (f" {', '.join(inner)}: {[a.get(k) for k in inner]} -> {[b.get(k) for k in inner]}" if inner else ""))
+    if not parts and list(before) != list(after):  # same devices, same content, another order
+        parts = [f"device order {list(before)} -> {list(after)}"]
+    if not parts:
+        parts = [f"{k} differs" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return "; ".join(parts[:limit]) + (f"; and {len(parts) - limit} more" if len(parts) > limit else "")
+
+
 def stable_restart(subject: Subject, evidence: Evidence) -> None:
     if subject.restart_driver is None:
         raise NotRun("needs to restart the driver (a test bed of the suite's own)")
@@ -179,11 +197,14 @@ def stable_restart(subject: Subject, evidence: Evidence) -> None:
         elif old["generation"] != new["generation"]:
             changes.append(f"slice {name}: pool generation {old['generation']} -> {new['generation']}")
         elif old["spec"] != new["spec"]:
-            changes.append(f"slice {name}: content changed")
+            changes.append(f"slice {name}: content changed ({_spec_diff(old['spec'], new['spec'])})")
         elif old["resourceVersion"] != new["resourceVersion"]:
             changes.append(f"slice {name}: rewritten (resourceVersion {old['resourceVersion']} -> {new['resourceVersion']})")
     evidence.write("restart.json", {"before": {k: v["generation"] for k, v in before.items()},
                                     "after": {k: v["generation"] for k, v in after.items()}, "changes": changes})
+    if changes:
+        evidence.write("slices-before.json", {k: v["spec"] for k, v in before.items()})
+        evidence.write("slices-after.json", {k: v["spec"] for k, v in after.items()})
     _fail_if(changes, evidence, "after a driver restart with nothing changed")
 
 

@@ -2,8 +2,11 @@
 
 Probes see the cluster only through its Kubernetes API. Two capabilities go beyond the API and exist
 only where the suite owns the cluster: `restart-driver` (stop and start the driver, nothing else
-changed) and `node-control` (add and delete a GPU node). Against an existing cluster neither exists,
-so the checks needing them are `not-run` there: the suite changes nothing beyond its own namespace.
+changed), `node-control` (add and delete a GPU node), `roll-driver` (a rolling update of the driver's
+DaemonSets) and `pause-driver` (keep the driver off its nodes for a while). Against an existing cluster
+none exists, so the checks needing them are `not-run` there: the suite changes nothing beyond its own
+namespace. Node-side checks need `workload-image`: an image whose entry point prints, as JSON, what
+NVML shows inside the container (fake_gpus/nvml/report.py on nvidia-ml-py; `--sleep` keeps it up).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 from kubernetes import client
 
@@ -34,6 +37,9 @@ class Subject(ApiViews):
     layout: Layout | None = None  # the GPU nodes expected, when known
     restart_driver: Callable[[], None] | None = None
     add_node: Callable[[NodeSpec], None] | None = None
+    roll_driver: Callable[[], None] | None = None
+    pause_driver: Callable[[], ContextManager[None]] | None = None
+    workload_image: str | None = None
     namespaces: list[str] = field(default_factory=list)
 
     @property
@@ -55,6 +61,12 @@ class Subject(ApiViews):
             caps.add("restart-driver")
         if self.add_node:
             caps.add("node-control")
+        if self.roll_driver:
+            caps.add("roll-driver")
+        if self.pause_driver:
+            caps.add("pause-driver")
+        if self.workload_image:
+            caps.add("workload-image")
         return caps
 
     def slices(self) -> list[dict]:
@@ -68,10 +80,10 @@ class Subject(ApiViews):
             return {}
         return {n.name: n for n in self.layout.nodes}
 
-    def namespace(self) -> str:
-        """A fresh namespace of the suite's own (deleted by `close`)."""
+    def namespace(self, labels: dict[str, str] | None = None) -> str:
+        """A fresh namespace of the suite's own (deleted by `close`), with `labels` besides the suite's."""
         name = f"conf-{uuid.uuid4().hex[:8]}"
-        create_namespace(self.core, name, {NAMESPACE_LABEL: "true"})
+        create_namespace(self.core, name, {NAMESPACE_LABEL: "true", **(labels or {})})
         self.namespaces.append(name)
         return name
 

@@ -121,6 +121,9 @@ class Driver:
         handle, profile, size = self.nvml.resolve(ref)
         gpu_uuid = _s(pynvml.nvmlDeviceGetUUID(handle))
         if profile is None:
+            owner = self._owner(gpu_uuid, device, uid) if "admin-access-refused" in self.settings.faults else None
+            if owner:  # the fault: a whole GPU treated as exclusive, so an admin-access claim on it is refused
+                raise DeviceError(f"device {device} is already prepared for claim {owner}")
             return _Planned(device, requests, gpu_uuid)
         assert ref.start is not None and size is not None
         mig = MigRecord(gpu_uuid, profile.id, ref.start, size)
@@ -170,6 +173,8 @@ class Driver:
         A container always gets all devices of a request, so they must all be visible together."""
         group = [d for d in devices if set(d.request_names) & set(device.request_names)]
         uuids = [self._wrong(d) if "cdi-wrong-device" in self.settings.faults else d.visible_uuid for d in group]
+        if "cdi-all-devices" in self.settings.faults and device.mig is None:  # the fault: every GPU of the node
+            uuids = [self.nvml.gpu_uuid(minor) for minor in self.nvml.minors()]
         return ",".join(uuids)
 
     def _wrong(self, device: PreparedDevice) -> str:

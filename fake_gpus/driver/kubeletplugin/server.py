@@ -142,7 +142,10 @@ class KubeletPlugin:
         mounts = cdi.FakeNvmlMounts(lib, cfg.host_state_dir or (cfg.state_dir.resolve() if cfg.state_dir else None))
         settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults)
         api = api_client(cfg.kubeconfig)
-        self.driver = Driver(settings, self._nvml, Checkpoint(cfg.plugin_dir / CHECKPOINT).load(), lambda ns, n: read_claim(api, ns, n))
+        checkpoint = Checkpoint(cfg.plugin_dir / CHECKPOINT)
+        if "checkpoint-lost" not in cfg.faults:  # the fault: start as if nothing had been prepared here
+            checkpoint.load()
+        self.driver = Driver(settings, self._nvml, checkpoint, lambda ns, n: read_claim(api, ns, n))
         for d in (cfg.plugin_dir, cfg.registry_dir, cfg.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         dra = self._server()

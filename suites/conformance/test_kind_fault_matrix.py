@@ -1,0 +1,81 @@
+"""The kind half of the fault matrix: each switch makes exactly the node-side checks tied to it fail.
+
+One kind bed of its own (real kubelets) for the module; each row redeploys our driver with one switch.
+$DRA_TESTBED_CONFORMANCE_MATRIX=full runs every switch tied to a node-only check over all of them
+(`nox -s conformance`); otherwise a short subset runs inside `nox -s tests`: no fault and one CDI fault
+over two checks. The rendered matrix goes to $DRA_TESTBED_CONFORMANCE_OUT as kind-fault-matrix.md.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from suites.conformance.conftest import MATRIX_ENV
+from testbed.conformance.checks import BY_ID, KIND
+from testbed.conformance.faultmatrix import NO_FAULT, faults, render, run_fault_kind, runnable
+from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kind, pytest.mark.slow]
+
+FULL = os.environ.get(MATRIX_ENV) == "full"
+SMOKE_FAULTS = (NO_FAULT, "cdi-all-devices")
+SMOKE_CHECKS = ("node.container-sees-its-devices", "node.force-delete-unprepare")
+
+
+def _faults() -> list[str]:
+    return [NO_FAULT, *faults(KIND)] if FULL else list(SMOKE_FAULTS)
+
+
+def _checks():
+    return runnable(KIND) if FULL else [BY_ID[c] for c in SMOKE_CHECKS]
+
+
+@pytest.fixture(scope="module")
+def kind_cluster(request) -> Iterator:
+    from testbed.clusters.base import ClusterSpec
+    from testbed.clusters.driver import DriverSpec
+    from testbed.clusters.layout import load_layout
+    from testbed.clusters.registry import cluster_for
+    from testbed.conformance.command import DEFAULT_KIND_LAYOUT
+
+    layout = load_layout(str(DEFAULT_KIND_LAYOUT))
+    name = f"conf-kind-{uuid.uuid4().hex[:6]}"
+    cluster = cluster_for("kind", name)
+    try:
+        cluster.create(ClusterSpec(name=name, k8s=request.config.option.k8s, layout=layout, driver=DriverSpec()))
+        yield cluster, layout
+    finally:
+        cluster.delete()
+
+
+@pytest.fixture(scope="module")
+def kind_observed(matrix_out: Path):
+    runs: dict = {}
+    yield runs
+    if runs:
+        (matrix_out / "kind-fault-matrix.md").write_text(render(runs, KIND))
+
+
+@pytest.mark.parametrize("fault", _faults())
+def test_exactly_the_tied_node_checks_fail(fault: str, kind_cluster, kind_observed, tmp_path) -> None:
+    cluster, layout = kind_cluster
+    checks = _checks()
+    outcomes = run_fault_kind(fault, cluster, layout, tmp_path, checks)
+    kind_observed[fault] = outcomes
+    by_verdict = {v: sorted(o.id for o in outcomes if o.verdict == v) for v in (FAIL, ERROR, NOT_RUN)}
+    messages = {o.id: o.message for o in outcomes if o.verdict != "pass"}
+    assert not by_verdict[ERROR], f"the suite itself broke: {messages}"
+    assert not by_verdict[NOT_RUN], f"a kind bed of our own runs every node-side check: {messages}"
+    assert set(by_verdict[FAIL]) == {c.id for c in checks if fault in c.faults}, f"{fault}: {messages}"
+
+
+if FULL:  # every node-only check was seen to bite
+    def test_every_node_check_failed_under_some_fault(kind_observed) -> None:
+        assert set(kind_observed) == set(_faults()), "runs missing: run the whole module"
+        bitten = {o.id for outcomes in kind_observed.values() for o in outcomes if o.verdict == FAIL}
+        assert {c.id for c in runnable(KIND)} <= bitten, f"never failed: {sorted({c.id for c in runnable(KIND)} - bitten)}"
