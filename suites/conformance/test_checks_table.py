@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fake_gpus.driver.faults import FAULTS
-from testbed.conformance.checks import API_SIDE, CHECKS, MUST, PROFILES, SHOULD, select
+from testbed.conformance.checks import BY_ID, CHECKS, MUST, PROFILES, SHOULD, select
 from testbed.conformance.faultmatrix import expected_failures, faults, runnable
 from testbed.conformance.run import PROBES
 
@@ -23,10 +23,16 @@ def test_every_check_names_faults_that_exist_and_bite() -> None:
         assert set(c.faults) <= FAULTS.keys(), f"{c.id}: unknown faults {set(c.faults) - FAULTS.keys()}"
 
 
-def test_every_api_side_check_has_a_probe() -> None:
-    for c in CHECKS:
-        if set(c.backends) & set(API_SIDE) - {"kind", "existing"}:
-            assert c.id in PROBES, f"{c.id} runs on KWOK but has no probe"
+def test_every_check_has_a_probe() -> None:
+    assert {c.id for c in CHECKS} == set(PROBES)
+
+
+def test_the_kind_matrix_covers_every_node_only_check() -> None:
+    node_only = {c.id for c in CHECKS if "kind" in c.backends and "kwok" not in c.backends}
+    assert node_only and {c.id for c in runnable("kind")} == node_only
+    assert {"cdi-all-devices", "checkpoint-lost", "admin-access-refused"} <= set(faults("kind"))
+    for fault in faults("kind"):
+        assert expected_failures(fault, "kind") == {c for c in node_only if fault in BY_ID[c].faults}
 
 
 def test_matrix_comes_from_the_table() -> None:

@@ -62,7 +62,11 @@ def kind_observed(matrix_out: Path):
 
 
 @pytest.mark.parametrize("fault", _faults())
-def test_exactly_the_tied_node_checks_fail(fault: str, kind_cluster, kind_observed, tmp_path) -> None:
+def test_exactly_the_tied_node_checks_fail(fault: str, kind_cluster, kind_observed, tmp_path, monkeypatch) -> None:
+    from testbed.conformance import workload_pods
+
+    # a pod that never starts is the finding of many rows: waiting 2 minutes for it is enough here
+    monkeypatch.setattr(workload_pods, "START_TIMEOUT", 120.0)
     cluster, layout = kind_cluster
     checks = _checks()
     outcomes = run_fault_kind(fault, cluster, layout, tmp_path, checks)

@@ -22,7 +22,7 @@ from testbed.conformance.outcome import CheckFailed
 from testbed.conformance.subject import Subject
 from testbed.waiting import WaitTimeout, wait_gone
 
-START_TIMEOUT = 180.0  # a pod's claims prepared and its containers up (kind on a loaded machine)
+START_TIMEOUT = 180.0  # a pod's claims prepared and its containers up (kind on a loaded machine; the fault matrix lowers it)
 GONE_TIMEOUT = 120.0
 REPORT = ["/usr/bin/python3", "/usr/local/bin/nvml-report"]
 
@@ -99,8 +99,10 @@ def events(subject: Subject, namespace: str, pod: str) -> list[str]:
     return [f"{e.reason}: {e.message}" for e in found]
 
 
-def wait_running(subject: Subject, namespace: str, pod: str, timeout: float = START_TIMEOUT) -> client.V1Pod:
-    """The pod once every container is ready; CheckFailed with its events when it is not within `timeout`."""
+def wait_running(subject: Subject, namespace: str, pod: str, timeout: float | None = None) -> client.V1Pod:
+    """The pod once every container is ready; CheckFailed with its events when it is not within `timeout`
+    (default START_TIMEOUT)."""
+    timeout = timeout or START_TIMEOUT
     deadline = time.monotonic() + timeout
     while True:
         now = subject.core.read_namespaced_pod(pod, namespace)
@@ -114,7 +116,7 @@ def wait_running(subject: Subject, namespace: str, pod: str, timeout: float = ST
         time.sleep(1)
 
 
-def run(subject: Subject, namespace: str, plan: PodPlan, timeout: float = START_TIMEOUT) -> str:
+def run(subject: Subject, namespace: str, plan: PodPlan, timeout: float | None = None) -> str:
     """start + wait_running; returns the pod name."""
     pod = start(subject, namespace, plan)
     wait_running(subject, namespace, pod, timeout)
