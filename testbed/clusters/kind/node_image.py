@@ -222,11 +222,26 @@ def build_node_image(release: Release, reference: str) -> None:
                 docker("rm", "-f", "-v", name, check=False)
 
 
+STALE_AFTER = 6 * 3600  # seconds; younger builds may belong to another work tree sharing this dockerd
+
+
 def drop_stale(repo: str, keep: str, prefix: str = "") -> None:
     """Remove older builds of `repo` whose tag starts with `prefix` (tags are input hashes: an old one
-    is never asked for again)."""
-    tags = docker("images", repo, "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.split()
-    stale = [tag for tag in tags if tag != keep and tag.split(":", 1)[1].startswith(prefix)]
+    is never asked for again by this tree). Builds younger than STALE_AFTER stay: another work tree on
+    the same dockerd may have just built one and be about to load it into its nodes."""
+    import datetime
+
+    listing = docker("images", repo, "--format", "{{.Repository}}:{{.Tag}}\t{{.CreatedAt}}", check=False).stdout.splitlines()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stale = []
+    for line in listing:
+        tag, _, created = line.partition("\t")
+        try:
+            age = (now - datetime.datetime.strptime(" ".join(created.split()[:3]), "%Y-%m-%d %H:%M:%S %z")).total_seconds()
+        except ValueError:
+            continue  # an unreadable date: keep it
+        if tag != keep and ":" in tag and tag.split(":", 1)[1].startswith(prefix) and age > STALE_AFTER:
+            stale.append(tag)
     if stale:
         docker("rmi", *stale, check=False)
 
