@@ -18,6 +18,7 @@ import pytest
     (["--driver", "gpu.nvidia.com", "--driver-binary", "/nonexistent"], "no driver binary at /nonexistent"),
     (["--driver", "nvidia", "--driver-binary", sys.executable, "--faults", "wrong-memory"], "--faults switches dra-testbed's own driver on"),
     (["--driver", "nvidia"], "NVIDIA's gpu-kubelet-plugin is needed here"),
+    (["--driver", "ours", "--name", "lab"], "--name names a kind test bed"),
     (["--driver", "nvidia", "--driver-binary", __file__], "is not an executable file"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], expected: str, tmp_path) -> None:

@@ -28,6 +28,7 @@ SMOKE_CHECKS = ("node.container-sees-its-devices", "node.force-delete-unprepare"
 
 
 def _faults() -> list[str]:
+    """The rows, in order: no fault first, as the bed comes up (no redeploy)."""
     return [NO_FAULT, *faults(KIND)] if FULL else list(SMOKE_FAULTS)
 
 
@@ -50,7 +51,7 @@ def kind_cluster(request) -> Iterator:
         cluster.create(ClusterSpec(name=name, k8s=request.config.option.k8s, layout=layout, driver=DriverSpec()))
         yield cluster, layout
     finally:
-        cluster.delete()
+        cluster.delete()  # the driver is left as the last row deployed it: the bed goes anyway
 
 
 @pytest.fixture(scope="module")

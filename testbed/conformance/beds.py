@@ -99,19 +99,29 @@ def _kind_layout(api: client.ApiClient, layout: Layout) -> Layout:
 @contextmanager
 def kind_bed(layout: Layout, k8s: str, driver: DriverSpec, name: str | None = None,
              keep: bool = False) -> Iterator[tuple[Subject, Path]]:
-    """A fresh kind cluster (named `name`, default a random conf-kind-*) with `driver` on the layout's
-    GPU workers and our workload image loaded into them."""
+    """A kind cluster (named `name`, default a random conf-kind-*) with `driver` on the layout's GPU
+    workers and our workload image loaded into them: brought up and torn down afterwards (unless `keep`),
+    or, when one of that name runs with the same minor, layout and driver, reused and left as found."""
+    from testbed.clusters.base import ClusterError, spec_mismatch
+
     name = name or f"conf-kind-{uuid.uuid4().hex[:6]}"
     cluster = cluster_for("kind", name)
+    spec = ClusterSpec(name=name, k8s=k8s, layout=layout, driver=driver)
+    reused = cluster.exists()
+    if reused:  # a bed of this name runs already (e.g. from --keep-cluster): used as it is, left as found
+        mismatch = spec_mismatch(cluster.saved_spec(), spec)
+        if mismatch or not cluster.status().running:
+            raise ClusterError(f"a kind cluster named {name!r} exists but cannot be reused: "
+                               f"{mismatch or 'it does not run'}; use another --name or `dra-testbed down --backend kind --name {name}`")
     try:
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=layout, driver=driver))
+        kubeconfig = cluster.kubeconfig() if reused else cluster.create(spec)
         subject = kind_subject(cluster, layout, driver.name)
         try:
             yield subject, kubeconfig
         finally:
             subject.api.close()
     finally:
-        if not keep:
+        if not (keep or reused):
             cluster.delete()
 
 

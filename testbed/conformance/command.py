@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", default=DEFAULT_REPORT, help=f"report directory (default: {DEFAULT_REPORT})")
     p.add_argument("--faults", default="", help="fault switches of dra-testbed's own driver, comma-separated (see fake_gpus/driver/faults.py)")
     p.add_argument("--keep-cluster", action="store_true", help="leave the test bed running afterwards")
+    p.add_argument("--name", help="kind: the test bed's cluster name (default: a fresh conf-kind-*); a running bed of that "
+                                  "name with the same minor, layout and driver is reused and left as found")
     p.set_defaults(func=cmd_conformance)
 
 
@@ -60,6 +62,8 @@ def _validate(args: argparse.Namespace):
         raise ConformanceUsageError("give either --kubeconfig FILE (an existing cluster) or --backend (a test bed of its own), not both")
     if args.driver_binary and args.driver_image:
         raise ConformanceUsageError("give either --driver-binary PATH or --driver-image IMAGE, not both")
+    if args.name and args.backend != "kind":
+        raise ConformanceUsageError("--name names a kind test bed: it goes with --backend kind")
     if args.kubeconfig and (args.driver_binary or args.driver_image or args.faults):
         raise ConformanceUsageError("--driver-binary, --driver-image and --faults need a test bed (--backend), not --kubeconfig")
     if args.kubeconfig and not Path(args.kubeconfig).is_file():
@@ -145,7 +149,7 @@ def _subject(args: argparse.Namespace, layout, driver) -> Iterator:
         if (args.backend or "kwok") == "kwok":
             bed = kwok_bed(layout, args.k8s, driver, keep=args.keep_cluster)
         else:
-            bed = kind_bed(layout, args.k8s, driver, keep=args.keep_cluster)
+            bed = kind_bed(layout, args.k8s, driver, name=args.name, keep=args.keep_cluster)
         with bed as (subject, _):
             yield subject
     except DriverSpecError as exc:  # the backend cannot run this kind of driver: refused before it starts

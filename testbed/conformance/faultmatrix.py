@@ -48,17 +48,17 @@ def run_fault(fault: str, layout, k8s: str, root: Path, driver: str = "gpu.nvidi
 
 def run_fault_kind(fault: str, cluster, layout, root: Path, checks: Sequence[Check] | None = None,
                    driver: str = "gpu.nvidia.com") -> list[Outcome]:
-    """The kind matrix row of `fault`: our driver redeployed on the running kind bed with that switch, the
-    node-only checks (or `checks`), then the driver back without faults and dynamic-MIG GPUs reset (a
-    leaking fault must not spill into the next row)."""
+    """The kind matrix row of `fault`: our driver redeployed on the running kind bed with that switch (a
+    redeploy rolls every driver pod: minutes on a loaded machine, so the next row's switch replaces this
+    one directly and the caller restores the plain driver once), the node-only checks (or `checks`), then
+    the dynamic-MIG GPUs reset (a leaking fault must not spill into the next row)."""
     from fake_gpus.driver.faults import fault_env
     from fake_gpus.nvml.state import reset_state_dir
     from testbed.clusters.driver import DriverSpec
     from testbed.conformance.beds import kind_subject
     from testbed.conformance.run import run_checks
 
-    env = {} if fault == NO_FAULT else fault_env([fault])
-    cluster.deploy_driver(DriverSpec(name=driver, env=env))
+    cluster.deploy_driver(DriverSpec(name=driver, env={} if fault == NO_FAULT else fault_env([fault])))
     try:
         subject = kind_subject(cluster, layout, driver)
         try:
@@ -66,8 +66,6 @@ def run_fault_kind(fault: str, cluster, layout, root: Path, checks: Sequence[Che
         finally:
             subject.api.close()
     finally:
-        if env:
-            cluster.deploy_driver(DriverSpec(name=driver))
         for node in layout.nodes:
             if node.mode.kind == "dynamic-mig":
                 reset_state_dir(cluster.home / "nodes" / node.name / "nvml")
