@@ -25,6 +25,8 @@ FAULTS: dict[str, str] = {
     "renamed-attribute": "devices publish `arch` instead of NVIDIA's attribute name `architecture`",
     "mig-profile-names": "MIG devices name their profile as nvidia-smi prints it (`MIG 1g.10gb`), not as NVIDIA's DRA driver does",
     "class-selects-all": "DeviceClass gpu.nvidia.com selects every device of the driver, MIG devices included",
+    "counters-undeclared": "the partitionable full GPU shares its GPU's memory slices with the MIG devices without declaring it "
+                           "(no consumesCounters), so it can be allocated while MIG devices of the same GPU are",
     "parent-uuid-unstable": "partitionable MIG devices carry a parentUUID of their own instead of their GPU's UUID",
     # kubelet plugin
     "prepare-fails": "NodePrepareResources answers every claim with an error",

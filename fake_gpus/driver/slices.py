@@ -216,8 +216,9 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
     full["capacity"] = {k: {"value": _quantity(k, v)} for k, v in totals.items()}
     if "wrong-memory" in faults:
         full["capacity"]["memory"] = {"value": _quantity("memory", 2 * totals["memory"])}
-    full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
-                                 "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices))}]
+    if "counters-undeclared" not in faults:
+        full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
+                                     "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices))}]
     devices = [full]
     for profile in gpu.profiles:
         for placement in profile.placements:

@@ -196,6 +196,9 @@ def test_faults_change_the_slices(node, nvml: NvmlLibrary) -> None:
     assert counters("dynamic-mig", "oversized-counters")["memory-slice-0"]["value"] == "2"
     short = build("dynamic-mig", "short-placement")["gpu-0-mig-3g40gb-9-4"]["consumesCounters"][0]["counters"]
     assert {c for c in short if c.startswith("memory-slice-")} == {"memory-slice-4", "memory-slice-5", "memory-slice-6"}
+    assert "consumesCounters" in build("dynamic-mig")["gpu-0"]
+    assert "consumesCounters" not in build("dynamic-mig", "counters-undeclared")["gpu-0"]
+    assert "consumesCounters" in build("dynamic-mig", "counters-undeclared")["gpu-0-mig-3g40gb-9-4"]
 
 
 @pytest.mark.parametrize("text", ["shared", "static-mig", "static-mig:", "whole:x", "dynamic-mig:a"])
