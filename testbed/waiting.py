@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
@@ -24,7 +25,8 @@ def wait_for(
 ) -> Any:
     """Return the first object (optionally of `name`) listed by `list_func` for which `predicate` holds.
 
-    Lists once, then follows a watch from that resourceVersion, so nothing between the two is missed.
+    Lists once, then follows a watch from that resourceVersion, so nothing between the two is missed;
+    a watch that expires or is cut off (the apiserver restarted) is followed by a new list.
     """
     selector = {"field_selector": f"metadata.name={name}"} if name else {}
     deadline = time.monotonic() + timeout
@@ -52,6 +54,8 @@ def wait_for(
         except ApiException as exc:
             if exc.status != 410:  # an expired resourceVersion: list again
                 raise
+        except urllib3.exceptions.HTTPError:
+            pass  # the watch was cut (an apiserver restart): list again
         finally:
             stream.stop()
 

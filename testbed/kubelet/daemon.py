@@ -4,8 +4,10 @@ For each pod bound to one of its nodes and using ResourceClaims it prepares the 
 does before starting containers) and then marks the pod with PREPARED_ANNOTATION; a failed prepare
 gives the pod a Warning event `FailedPrepareDynamicResources` with the plugin's message (the kubelet's
 reason) and is retried with exponential backoff (1 s doubling to 30 s). A pod that is deleted or
-finishes has its claims unprepared (kept until no pod of the node uses them). A plugin that is not up
-yet is registered as soon as its registration socket answers. A node with an on-demand plugin
+finishes has its claims unprepared (kept until no pod of the node uses them); an unprepare that fails
+(the plugin is down) is retried every round until it succeeds. A plugin that is not up yet is
+registered as soon as its registration socket answers, and again whenever it makes that socket anew
+(a restarted plugin). A cut watch or a refused list (the apiserver restarts) is followed by a new list. A node with an on-demand plugin
 (testbed.kubelet.process.OnDemand) has it started when its first claim-holding pod arrives (and again
 if it exits); its pods wait for it without an event for START_GRACE seconds.
 """
@@ -60,6 +62,7 @@ class _PodState:
     backoff: float = BACKOFF_START
     next_try: float = 0.0
     prepared: bool = False
+    annotated: bool = False
 
 
 @dataclass
@@ -70,19 +73,23 @@ class KubeletDaemon:
     pods: dict[str, _PodState] = field(default_factory=dict)  # namespace/name -> state
     registered: set[str] = field(default_factory=set)
     starters: dict[str, _Starter] = field(default_factory=dict)  # node -> its on-demand plugin
+    sockets: dict[str, int] = field(default_factory=dict)  # node -> inode of the registration socket registered
 
     def _register(self) -> None:
         for node, kubelet in self.kubelets.items():
-            if node in self.registered and not (kubelet.registry_dir / f"{kubelet.driver}-reg.sock").exists():
-                self.registered.discard(node)  # its plugin stopped
+            socket = kubelet.registry_dir / f"{kubelet.driver}-reg.sock"
+            current = _inode(socket)
+            if node in self.registered and current != self.sockets.get(node):
+                # its plugin stopped, or a new one made its socket anew (a restart): register again, as the
+                # kubelet's plugin watcher does on the socket's creation
+                self.registered.discard(node)
                 kubelet.close()
-            if node in self.registered:
-                continue
-            if not (kubelet.registry_dir / f"{kubelet.driver}-reg.sock").exists():
+            if node in self.registered or current is None:
                 continue
             try:
                 kubelet.register()
                 self.registered.add(node)
+                self.sockets[node] = current
             except Exception:  # noqa: BLE001 - the plugin is still starting; try again next round
                 kubelet.close()
 
@@ -111,6 +118,8 @@ class KubeletDaemon:
         if finished:
             self.gone(key)
             return
+        if state.prepared and not state.annotated:
+            self._annotate(pod, state)
         if state.prepared or time.monotonic() < state.next_try:
             return
         try:
@@ -129,17 +138,32 @@ class KubeletDaemon:
             state.backoff = min(state.backoff * 2, BACKOFF_MAX)
             return
         state.prepared = True
-        client.CoreV1Api(self.api).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                                       {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
+        self._annotate(pod, state)
+
+    def _annotate(self, pod, state: _PodState) -> None:
+        try:
+            client.CoreV1Api(self.api).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                           {"metadata": {"annotations": {PREPARED_ANNOTATION: "true"}}})
+            state.annotated = True
+        except Exception:  # noqa: BLE001 - the apiserver restarts: annotated on the pod's next event or list
+            pass
 
     def gone(self, key: str) -> None:
         state = self.pods.pop(key, None)
         if state is None or not state.prepared:
             return
         for kubelet in self.kubelets.values():
+            kubelet.release(key)
+        self.unprepare_unused()
+
+    def unprepare_unused(self) -> None:
+        """Unprepare every claim no pod uses any more; one that fails (plugin down) is retried next round."""
+        for node, kubelet in self.kubelets.items():
+            if node not in self.registered or not kubelet.unused():
+                continue
             try:
-                kubelet.unprepare_pod(key)
-            except Exception:  # noqa: BLE001 - retried by the next resync of the node's claims
+                kubelet.unprepare_unused()
+            except Exception:  # noqa: BLE001 - retried by the next round, as the kubelet's reconciler does
                 pass
 
     def run(self) -> None:
@@ -153,7 +177,12 @@ class KubeletDaemon:
         core = client.CoreV1Api(self.api)
         while not self.stop.is_set():
             self._register()
-            listing = core.list_pod_for_all_namespaces()
+            self.unprepare_unused()
+            try:
+                listing = core.list_pod_for_all_namespaces()
+            except Exception:  # noqa: BLE001 - the apiserver restarts: keep the node's state, list again
+                time.sleep(0.5)
+                continue
             seen = set()
             for pod in listing.items:
                 seen.add(f"{pod.metadata.namespace}/{pod.metadata.name}")
@@ -172,10 +201,17 @@ class KubeletDaemon:
                         self.handle(pod)
                     if self.stop.is_set():
                         break
-            except ApiException:
+            except Exception:  # noqa: BLE001 - an expired or cut watch (apiserver restart): list again
                 time.sleep(0.5)
             finally:
                 w.stop()
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
 
 
 def daemon_for(api: client.ApiClient, nodes: dict[str, Path], driver: str, minor: str = "1.34",

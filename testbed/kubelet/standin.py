@@ -103,12 +103,23 @@ class StandInKubelet:
 
     def unprepare_pod(self, pod_key: str) -> list[str]:
         """NodeUnprepareResources for claims no other pod of the node still uses; returns their uids."""
-        assert self._client is not None, "register() first"
-        done = []
-        for uid, pods in list(self.prepared.items()):
+        self.release(pod_key)
+        return self.unprepare_unused()
+
+    def release(self, pod_key: str) -> None:
+        """The pod no longer uses its claims (they stay prepared until unprepare_unused succeeds)."""
+        for pods in self.prepared.values():
             pods.discard(pod_key)
-            if not pods:
-                done.append(uid)
+
+    def unused(self) -> list[str]:
+        """Uids of prepared claims that no pod of the node uses."""
+        return [uid for uid, pods in self.prepared.items() if not pods]
+
+    def unprepare_unused(self) -> list[str]:
+        """NodeUnprepareResources for every prepared claim no pod uses; returns their uids. A claim that
+        fails stays prepared (the caller retries), as the kubelet's claim cache keeps it."""
+        assert self._client is not None, "register() first"
+        done = self.unused()
         if not done:
             return []
         response = self._client.unprepare([self.claims[u] for u in done], self.version, self.timeout)

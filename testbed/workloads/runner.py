@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -136,6 +137,8 @@ class Runner:
             except ApiException as exc:
                 if exc.status != 410:
                     raise
+            except urllib3.exceptions.HTTPError:
+                pass  # the watch was cut (an apiserver restart): list again
             finally:
                 stream.stop()
 
