@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
@@ -17,8 +18,13 @@ MAX_LIVE_PODS = 6
 
 def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, ...] = (), mig_percent: int = 17,
                        context: dict | None = None, stats: dict[str, int] | None = None,
-                       all_in_fallback: bool = True, identity: DriverIdentity | None = None) -> type[RuleBasedStateMachine]:
+                       all_in_fallback: bool = True, identity: DriverIdentity | None = None,
+                       pod_strategy: Callable[..., st.SearchStrategy] = pod_specs,
+                       claim_strategy: Callable[..., st.SearchStrategy] = claim_specs) -> type[RuleBasedStateMachine]:
     """A state machine class whose every example runs in a namespace of its own on `api`'s cluster.
+
+    `pod_strategy` and `claim_strategy` draw the arriving pods and the shared claims (default: the selector-probing
+    `pod_specs` and `claim_specs`; the fault campaign's churn uses `churn_pod_specs`, `churn_claim_specs`).
 
     Every rule is checked as it runs (the runner raises PropertyFailure): soundness after each step,
     completeness and fallback on arrival, liveness after each departure.
@@ -42,20 +48,20 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
         @rule(target=pods, data=st.data())
         def arrive(self, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name))
+            self.runner.arrive(data.draw(pod_strategy(name, boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name))
             return name
 
         @precondition(lambda self: len(self.runner.pods) < MAX_LIVE_PODS)
         @rule(target=pods, claim=shared, data=st.data())
         def arrive_sharing(self, claim, data):
             name = self._name("p")
-            self.runner.arrive(data.draw(pod_specs(name, shared=(claim,), boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name))
+            self.runner.arrive(data.draw(pod_strategy(name, shared=(claim,), boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name))
             return name
 
         @rule(target=shared, data=st.data())
         def add_shared_claim(self, data):
             name = self._name("shared")
-            self.runner.add_shared(SharedClaim(name, data.draw(claim_specs(max_requests=1, boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name)))
+            self.runner.add_shared(SharedClaim(name, data.draw(claim_strategy(max_requests=1, boards=boards, mig_percent=mig_percent, admin=True, all_in_fallback=all_in_fallback), label=name)))
             return name
 
         @rule(pod=consumes(pods))

@@ -152,6 +152,29 @@ def pod_specs(draw, name: str, shared: tuple[str, ...] = (), **kwargs) -> PodSpe
 
 
 @st.composite
+def churn_claim_specs(draw, boards: tuple[str, ...] = (), mig_percent: int = 50, identity: DriverIdentity | None = None,
+                      **_ignored) -> ClaimSpec:
+    """One exact request that mostly fits: 1..2 whole GPUs, or one MIG device of a profile the boards offer.
+
+    For long churn (the fault campaign): devices are allocated, prepared and released all the time,
+    where `claim_specs` mostly probes selectors that miss."""
+    identity = identity or current_identity()
+    if draw(st.integers(0, 99)) < mig_percent:
+        profiles = sorted({p.name for b in _boards(boards) for p in b.gpu_instance_profiles})
+        sub = SubRequest("r0", identity.mig_class, (StringIs("profile", draw(st.sampled_from(profiles))),))
+    else:
+        sub = SubRequest("r0", identity.gpu_class, count=draw(st.sampled_from((1, 1, 2))))
+    return ClaimSpec((Request("r0", (sub,)),))
+
+
+@st.composite
+def churn_pod_specs(draw, name: str, shared: tuple[str, ...] = (), **kwargs) -> PodSpec:
+    """A pod of one churn claim, or of the given shared claims, used by its one container."""
+    claims = tuple(PodClaim(f"s{i}", shared=s) for i, s in enumerate(shared)) or (PodClaim("t0", template=draw(churn_claim_specs(**kwargs))),)
+    return PodSpec(name, claims, (tuple(c.name for c in claims),))
+
+
+@st.composite
 def arrivals_and_departures(draw, max_steps: int = 6, **kwargs) -> list[tuple[str, object]]:
     """A plain sequence of steps (for replay-style tests without the state machine)."""
     steps, live, made = [], [], 0
