@@ -108,6 +108,15 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session
+def campaign(session: nox.Session) -> None:
+    """The long fault campaign (benchmarks/fault_campaign.py): 100 random kills of the plugin, publisher, scheduler,
+    apiserver and etcd during generated workloads on KWOK, the same seeds with zero kills, then the faults it must
+    catch; `nox -s tests` runs a dozen kills. Arguments after `--` go to the script (e.g. `-- --kills 20`)."""
+    _prepare(session)
+    session.run("python", "benchmarks/fault_campaign.py", "--k8s", K8S, "--report", "reports/campaign", *session.posargs)
+
+
+@nox.session
 def fresh(session: nox.Session) -> None:
     """The README's test command, then its main command, unchanged in a throwaway Debian chroot (its own network
     namespace) with only Go, Python and gcc (root; an hour or more cold). `-- --keep` keeps the chroot,

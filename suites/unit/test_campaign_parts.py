@@ -1,0 +1,192 @@
+"""The fault campaign's parts without a cluster: retries through a restart, the supervisor, the leak audit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, ClaimRecord, MigRecord, PreparedDevice
+from hostenv.processes import terminate
+from testbed.apiretry import RetryingApiClient
+from testbed.campaign.audit import NodeState, cdi_uids, double_prepared, leaks
+from testbed.campaign.supervisor import Supervisor, Unit
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """Answers as an apiserver that is restarting: the first `fail` requests get 503 (or a dropped
+    connection), then the real answer; a create that already happened gets 409."""
+
+    plan: list[str] = []
+    created: set[str] = set()
+    seen: list[str] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _answer(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _step(self) -> bool:
+        self.seen.append(f"{self.command} {self.path}")
+        action = self.plan.pop(0) if self.plan else "ok"
+        if action == "503":
+            self._answer(503, {"kind": "Status", "code": 503})
+            return False
+        if action == "drop":
+            self.close_connection = True
+            self.connection.close()
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        if self._step():
+            name = self.path.rsplit("/", 1)[1]
+            self._answer(200 if name in self.created else 404, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        name = body["metadata"]["name"]
+        first = name not in self.created
+        self.created.add(name)  # the server acts on it even when its answer is lost
+        if self._step():
+            self._answer(201 if first else 409, body if first else {"kind": "Status", "code": 409, "reason": "AlreadyExists"})
+
+    def do_DELETE(self) -> None:
+        name = self.path.rsplit("/", 1)[1]
+        gone = name not in self.created
+        self.created.discard(name)
+        if self._step():
+            self._answer(404 if gone else 200, {"kind": "Status", "code": 404 if gone else 200})
+
+
+@pytest.fixture
+def flaky():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Flaky.plan, _Flaky.created, _Flaky.seen = [], set(), []
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    api = RetryingApiClient(configuration, budget=20)
+    yield api, _Flaky
+    api.close()
+    server.shutdown()
+    server.server_close()
+
+
+def test_reads_retry_through_503s(flaky) -> None:
+    api, server = flaky
+    server.created.add("a")
+    server.plan = ["503", "503"]
+    assert client.CoreV1Api(api).read_namespace("a").metadata.name == "a"
+    assert api.retries == 2
+
+
+def test_a_create_whose_answer_was_lost_returns_the_object_it_made(flaky) -> None:
+    api, server = flaky
+    server.plan = ["drop"]  # the server created it, the answer never came; the retry is told 409
+    made = client.CoreV1Api(api).create_namespace({"metadata": {"name": "b"}})
+    assert made.metadata.name == "b" and api.retries == 1
+    assert [s.split()[0] for s in server.seen] == ["POST", "POST", "GET"]
+
+
+def test_a_plain_409_is_still_an_error(flaky) -> None:
+    api, server = flaky
+    server.created.add("c")
+    with pytest.raises(client.ApiException) as failure:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "c"}})
+    assert failure.value.status == 409
+
+
+def test_a_delete_whose_answer_was_lost_counts_as_done(flaky) -> None:
+    api, server = flaky
+    server.created.add("d")
+    server.plan = ["drop"]
+    client.CoreV1Api(api).delete_namespace("d")
+    assert api.retries == 1
+    with pytest.raises(client.ApiException) as failure:  # without a lost answer, 404 stays 404
+        client.CoreV1Api(api).delete_namespace("d")
+    assert failure.value.status == 404
+
+
+def test_refused_connections_are_retried_until_the_budget(tmp_path) -> None:
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:9"  # discard port: nothing listens
+    api = RetryingApiClient(configuration, budget=1.5)
+    start = time.monotonic()
+    with pytest.raises(Exception):
+        client.CoreV1Api(api).read_namespace("x")
+    assert api.retries >= 2 and time.monotonic() - start >= 1.0
+    api.close()
+
+
+def test_the_supervisor_restarts_a_killed_unit_with_its_command_line_and_counts_crashes(tmp_path: Path) -> None:
+    script = "import os, sys, time\nwith open(sys.argv[1], 'a') as f: f.write(f'{os.getpid()} ')\nprint('up', flush=True)\ntime.sleep(600)"
+    starts, log, pid_file = tmp_path / "starts", tmp_path / "unit.log", tmp_path / "unit.pid"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script, str(starts)], stdout=out, start_new_session=True)
+    pid_file.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 60
+    while not (starts.exists() and starts.read_text().split()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # running its script, not only the interpreter
+    unit = Unit.adopt("sleeper", "test", pid_file)
+    assert unit.log == str(log)
+    try:
+        with Supervisor([unit], delay=0.2, period=0.05) as supervisor:
+            supervisor.kill("sleeper")
+            proc.wait(timeout=10)
+            deadline = time.monotonic() + 60
+            while unit.restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert unit.restarts == 1 and unit.crashes == 0 and len(unit.downtimes) == 1
+            assert int(pid_file.read_text()) == unit.pid != proc.pid
+            while len(starts.read_text().split()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # the restarted one runs its script
+            terminate(unit.pid)  # an exit nobody asked for: a crash, restarted too
+            deadline = time.monotonic() + 60
+            while unit.restarts < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert unit.restarts == 2 and unit.crashes == 1
+        deadline = time.monotonic() + 60
+        while len(starts.read_text().split()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(starts.read_text().split()) == 3 and log.read_text().count("up") == 3
+    finally:
+        terminate(unit.pid)
+
+
+def _record(device: str, mig: tuple[str, int, int] | None = None) -> ClaimRecord:
+    m = MigRecord(mig[0], 9, mig[1], mig[2]) if mig else None
+    return ClaimRecord("ns", f"c-{device}", PREPARED, [PreparedDevice(["r0"], "n", device, [], "uuid", m, created=m is not None)])
+
+
+def test_leaks_are_what_nodes_hold_for_claims_that_are_gone() -> None:
+    state = NodeState("n", True, instances=[("GPU-0", 0, 4), ("GPU-0", 4, 4)],
+                      checkpoint={"u1": _record("gpu-0-mig-3g40gb-9-0", ("GPU-0", 0, 4))}, cdi_uids=["u1", "u2"])
+    assert leaks([state], {"u1"}).total == 2  # the instance at 4 and the spec of u2
+    found = leaks([state], set())
+    assert len(found.prepared) == 1 and len(found.mig) == 2 and len(found.cdi) == 2
+    static = NodeState("s", False, instances=[("GPU-0", 0, 1)])
+    assert leaks([static], set()).total == 0  # a static layout's instances are the admin's
+
+
+def test_a_device_prepared_for_two_claims_is_a_double_allocation() -> None:
+    state = NodeState("n", True, checkpoint={"u1": _record("gpu-0"), "u2": _record("gpu-0"), "u3": _record("gpu-1")})
+    assert len(double_prepared([state])) == 1
+    assert double_prepared([NodeState("n", True, checkpoint={"u1": _record("gpu-0"), "u3": _record("gpu-1")})]) == []
+
+
+def test_cdi_file_names_give_claim_uids() -> None:
+    assert cdi_uids(["k8s.gpu.nvidia.com_device-claim_1234-ab.json", "other.json", "k8s.x_device-claim_9.json.tmp"]) == ["1234-ab"]

@@ -1,0 +1,101 @@
+"""What a node's driver holds, and what of it nobody owns any more: the campaign's leak and double-prepare checks.
+
+A node's state is read from the outside (its fake NVML state directory, the plugin's checkpoint and
+its CDI directory), never from the plugin process. A MIG instance on a dynamic-MIG node that no
+prepared claim holds, a CDI spec or a checkpoint entry of a claim that no longer exists are leaks once
+the cluster is quiet; a device prepared for two claims at once is a double allocation at any moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fake_gpus.driver.kubeletplugin.checkpoint import PREPARING, Checkpoint, CheckpointError, ClaimRecord
+from fake_gpus.nvml.state import StateError, validate_state_dir
+
+CDI_MARK = "-claim_"
+
+
+@dataclass
+class NodeState:
+    """One node's driver-side state as seen at one moment."""
+
+    node: str
+    dynamic: bool  # the plugin creates MIG instances here (a static-MIG node's instances are the admin's)
+    instances: list[tuple[str, int, int]] = field(default_factory=list)  # (GPU uuid, start, size)
+    checkpoint: dict[str, ClaimRecord] = field(default_factory=dict)  # claim uid -> record
+    cdi_uids: list[str] = field(default_factory=list)  # claim uids with a CDI spec file
+
+
+@dataclass
+class Leaks:
+    mig: list[str] = field(default_factory=list)
+    cdi: list[str] = field(default_factory=list)
+    prepared: list[str] = field(default_factory=list)  # checkpoint entries of claims that are gone
+
+    @property
+    def total(self) -> int:
+        return len(self.mig) + len(self.cdi) + len(self.prepared)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"mig": self.mig, "cdi": self.cdi, "prepared": self.prepared}
+
+
+def read_instances(state_dir: Path) -> list[tuple[str, int, int]]:
+    """(GPU uuid, start, size) of every GPU instance in a fake NVML state directory."""
+    try:
+        gpus, mig = validate_state_dir(state_dir)
+    except StateError:
+        return []  # mid-rewrite or not made yet: nothing to judge now
+    uuids = {g.index: g.uuid for g in gpus}
+    return [(uuids.get(gi.gpu, str(gi.gpu)), gi.start, gi.size) for gi in mig.gpu_instances]
+
+
+def read_checkpoint(path: Path) -> dict[str, ClaimRecord]:
+    """Claim records of a plugin checkpoint file (empty when there is none yet)."""
+    try:
+        return Checkpoint(path).load().claims
+    except CheckpointError:
+        return {}  # replaced by rename, so unreadable only when foreign: nothing to judge
+
+
+def cdi_uids(names: list[str]) -> list[str]:
+    """Claim uids of our CDI spec file names (`k8s.<driver>_device-claim_<uid>.json`)."""
+    return sorted(n.rsplit(CDI_MARK, 1)[1].removesuffix(".json") for n in names if CDI_MARK in n and n.endswith(".json"))
+
+
+def leaks(states: list[NodeState], live: set[str]) -> Leaks:
+    """What the nodes hold for claims not in `live` (uids of the claims that exist)."""
+    found = Leaks()
+    for s in states:
+        held = set()
+        for uid, record in s.checkpoint.items():
+            if uid not in live:
+                found.prepared.append(f"{s.node}: claim {record.namespace}/{record.name} ({uid}) still prepared")
+                continue
+            held |= {(d.mig.gpu_uuid, d.mig.start, d.mig.size) for d in record.devices if d.mig is not None}
+            if record.state == PREPARING:
+                held |= {(m.gpu_uuid, m.start, m.size) for m in record.planned}
+        if s.dynamic:
+            found.mig += [f"{s.node}: MIG instance {gpu} start {start} size {size} held by no claim"
+                          for gpu, start, size in s.instances if (gpu, start, size) not in held]
+        found.cdi += [f"{s.node}: CDI spec of claim {uid}, which is gone" for uid in s.cdi_uids if uid not in live]
+    return found
+
+
+def double_prepared(states: list[NodeState]) -> list[str]:
+    """Devices (or MIG placements) prepared for two claims at the same time on one node."""
+    problems = []
+    for s in states:
+        owner: dict[object, str] = {}
+        for uid, record in s.checkpoint.items():
+            if record.state == PREPARING:
+                continue
+            for d in record.devices:
+                keys = [d.device_name] + ([(d.mig.gpu_uuid, d.mig.start)] if d.mig is not None else [])
+                for key in keys:
+                    if key in owner and owner[key] != uid:
+                        problems.append(f"{s.node}: {key} prepared for claims {owner[key]} and {uid}")
+                    owner[key] = uid
+    return problems

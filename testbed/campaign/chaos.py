@@ -1,0 +1,87 @@
+"""The killer: SIGKILL a random supervised component at random moments, from a seeded schedule.
+
+Each round waits a random interval, waits until every unit runs again (kills do not pile onto a
+restart still under way), calls `observe` (the observed moment just before the kill), then kills a
+unit of the next component from a shuffled deck of `kinds` (every component once per round, in a
+random order, so a dozen kills hit each at least twice). The schedule depends only on the seed.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from testbed.campaign.supervisor import Supervisor
+
+COMPONENTS = ("plugin", "publisher", "scheduler", "apiserver", "etcd")
+
+
+@dataclass(frozen=True)
+class Kill:
+    at: float  # seconds since the chaos started
+    kind: str
+    unit: str
+
+
+@dataclass
+class Chaos:
+    supervisor: Supervisor
+    seed: int
+    limit: int
+    interval: tuple[float, float] = (4.0, 10.0)
+    kinds: Sequence[str] = COMPONENTS
+    observe: Callable[[], None] | None = None
+    kills: list[Kill] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._deck: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="chaos", daemon=True)
+        self._start = time.monotonic()
+
+    def __enter__(self) -> Chaos:
+        if self.limit > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+
+    @property
+    def done(self) -> bool:
+        return len(self.kills) >= self.limit
+
+    def by_kind(self) -> dict[str, int]:
+        counts = Counter(k.kind for k in self.kills)
+        return {kind: counts.get(kind, 0) for kind in self.kinds}
+
+    def _loop(self) -> None:
+        while not self.done and not self._stop.wait(self._rng.uniform(*self.interval)):
+            if not self.supervisor.wait_running(timeout=120):
+                self.errors.append("a unit did not come back within 120 s; no further kills")
+                return
+            if self.observe is not None:
+                try:
+                    self.observe()
+                except Exception as exc:  # noqa: BLE001 - an observation that cannot be made is noted, not fatal
+                    self.errors.append(f"observation failed: {type(exc).__name__}: {exc}"[:300])
+            if not self._deck:  # every component once per round of len(kinds) kills, in a random order
+                self._deck = list(self.kinds)
+                self._rng.shuffle(self._deck)
+            kind = self._deck.pop()
+            units = sorted(self.supervisor.of_kind(kind), key=lambda u: u.name)
+            if not units:
+                continue
+            unit = self._rng.choice(units)
+            if self._stop.is_set():
+                return
+            self.supervisor.kill(unit.name)
+            self.kills.append(Kill(round(time.monotonic() - self._start, 1), kind, unit.name))

@@ -1,0 +1,154 @@
+"""The campaign's kind target: real kubelets restart what is killed.
+
+Units are containers: the control plane's static pods (etcd, kube-apiserver, kube-scheduler) and, on
+every GPU worker, the driver DaemonSet pod's `kubelet-plugin` and `slice-publisher`. A kill SIGKILLs
+the container's process (its pid from crictl, by id); the node's kubelet starts a new container, with
+its usual crash-loop back-off. A unit runs again once crictl shows a running container other than the
+one killed. Node state is read from the host (the fake NVML state directory is a bind mount) and from
+the worker's plugin directory and /var/run/cdi.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from kubernetes import client
+
+from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED
+from fake_gpus.driver.kubeletplugin.server import CHECKPOINT
+from testbed.campaign.audit import NodeState, cdi_uids, read_checkpoint, read_instances
+from testbed.campaign.session import Session, session_on
+from testbed.clusters.layout import Layout
+
+STATIC = {"etcd": "etcd", "apiserver": "kube-apiserver", "scheduler": "kube-scheduler"}
+DRIVER_CONTAINERS = {"plugin": "kubelet-plugin", "publisher": "slice-publisher"}
+BACK_ON_TIMEOUT = 400.0  # the kubelet's crash-loop back-off grows to 5 min
+
+
+def _exec(node: str, *args: str, timeout: float = 60) -> str:
+    out = subprocess.run(["docker", "exec", node, *args], capture_output=True, text=True, timeout=timeout)
+    return out.stdout if out.returncode == 0 else ""
+
+
+def _running_container(node: str, name: str) -> str | None:
+    ids = _exec(node, "crictl", "ps", "--name", f"^{name}$", "--state", "running", "-q").split()
+    return ids[0] if ids else None
+
+
+@dataclass
+class KindUnit:
+    name: str
+    kind: str
+    node: str  # the node container
+    container: str  # the container's name in the pod
+    killed: str | None = None  # id of the container killed last, until a new one runs
+    killed_at: float | None = None
+    kills: int = 0
+    crashes: int = 0
+    downtimes: list[float] = field(default_factory=list)
+
+    def is_running(self) -> bool:
+        current = _running_container(self.node, self.container)
+        if current is None or current == self.killed:
+            return False
+        if self.killed_at is not None:
+            self.downtimes.append(time.monotonic() - self.killed_at)
+            self.killed, self.killed_at = None, None
+        return True
+
+
+class KindSupervision:
+    """The Supervisor interface over kubelets: kill by pid, and wait for the kubelet's restart."""
+
+    def __init__(self, units: list[KindUnit], period: float = 1.0) -> None:
+        self.units = {u.name: u for u in units}
+        self.period = period
+
+    def of_kind(self, kind: str) -> list[KindUnit]:
+        return [u for u in self.units.values() if u.kind == kind]
+
+    def kill(self, name: str) -> KindUnit:
+        unit = self.units[name]
+        container = _running_container(unit.node, unit.container)
+        if container is None:
+            return unit
+        pid = _exec(unit.node, "crictl", "inspect", "--output", "go-template", "--template", "{{.info.pid}}", container).strip()
+        if pid.isdigit():
+            _exec(unit.node, "kill", "-9", pid)
+            unit.killed, unit.killed_at, unit.kills = container, time.monotonic(), unit.kills + 1
+        return unit
+
+    def all_running(self) -> bool:
+        return all(u.is_running() for u in self.units.values())
+
+    def wait_running(self, timeout: float = BACK_ON_TIMEOUT) -> bool:
+        deadline = time.monotonic() + max(timeout, BACK_ON_TIMEOUT)
+        while time.monotonic() < deadline:
+            if self.all_running():
+                return True
+            time.sleep(self.period)
+        return False
+
+
+@dataclass
+class KindTarget:
+    cluster: object  # KindCluster
+    layout: Layout
+    driver: str
+    workers: dict[str, str] = field(default_factory=dict)  # layout node -> node container
+
+    def discover(self, api: client.ApiClient) -> list[KindUnit]:
+        core = client.CoreV1Api(api)
+        self.workers = {n.metadata.labels["dra-testbed.io/layout-node"]: n.metadata.name
+                        for n in core.list_node(label_selector="dra-testbed.io/layout-node").items}
+        control_plane = f"{self.cluster.kind_name}-control-plane"
+        units = [KindUnit(name, kind, control_plane, name) for kind, name in STATIC.items()]
+        for layout_node, worker in sorted(self.workers.items()):
+            units += [KindUnit(f"{kind}/{layout_node}", kind, worker, container) for kind, container in DRIVER_CONTAINERS.items()]
+        return units
+
+    def node_states(self) -> list[NodeState]:
+        states = []
+        for node in self.layout.nodes:
+            worker = self.workers[node.name]
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / CHECKPOINT
+                path.write_text(_exec(worker, "cat", f"/var/lib/kubelet/plugins/{self.driver}/{CHECKPOINT}"))
+                checkpoint = read_checkpoint(path) if path.read_text().strip() else {}
+            states.append(NodeState(node.name, node.mode.kind == "dynamic-mig",
+                                    read_instances(self.cluster.home / "nodes" / node.name / "nvml"), checkpoint,
+                                    cdi_uids(_exec(worker, "ls", "/var/run/cdi").split())))
+        return states
+
+    def prepared(self, pod) -> bool:
+        """Every claim of the pod is prepared in its node's plugin checkpoint (the kubelet then pulls the image)."""
+        generated = {s.resource_claim_name for s in (pod.status.resource_claim_statuses or []) if s.resource_claim_name}
+        names = {r.resource_claim_name for r in pod.spec.resource_claims or [] if r.resource_claim_name} | generated
+        layout_node = next((n for n, w in self.workers.items() if w == pod.spec.node_name), None)
+        state = next((s for s in self.node_states() if s.node == layout_node), None)
+        if state is None:
+            return False
+        prepared = {(r.namespace, r.name) for r in state.checkpoint.values() if r.state == PREPARED}
+        return all((pod.metadata.namespace, n) in prepared for n in names)
+
+
+@contextmanager
+def kind_session(cluster, layout: Layout, faults: list[str], label: str = "kind", progress: Callable[[str], None] = print,
+                 **campaign_args) -> Iterator[Session]:
+    """A Session on a running kind `cluster` whose driver already runs with `faults`."""
+    api = cluster.api_client()
+    try:
+        target = KindTarget(cluster, layout, current_identity().driver)
+        supervision = KindSupervision(target.discover(api))
+    finally:
+        api.close()
+    campaign_args.setdefault("quiet_timeout", 120.0)
+    with session_on("kind", cluster.kubeconfig(), layout, target, supervision, faults, label, progress, **campaign_args) as session:
+        yield session

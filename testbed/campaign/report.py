@@ -1,0 +1,62 @@
+"""The campaign's table and its judgement: clean runs show zero, fault runs more than zero, verdicts unmoved by kills."""
+
+from __future__ import annotations
+
+from testbed.campaign.chaos import COMPONENTS
+from testbed.campaign.run import CampaignResult
+
+# fault switch -> the category its runs must report
+CAUGHT_AS = {"unprepare-leaks": "leak", "counters-undeclared": "double-allocation"}
+
+
+def table(runs: dict[str, CampaignResult]) -> str:
+    head = ["run", "faults", "kills", *COMPONENTS, "crashes", "pods", "claims", "leaks", "double", "seeds", "verdicts", "retries", "wall s"]
+    rows = [head]
+    for label, r in runs.items():
+        passed = sum(s.verdict == "pass" for s in r.seeds)
+        rows.append([label, ",".join(r.faults) or "-", str(len(r.kills)), *(str(r.kills_by_component.get(c, 0)) for c in COMPONENTS),
+                     str(sum(r.crashes.values())), str(r.stats.get("pods", 0)), str(r.stats.get("claims", 0)), str(r.leaks),
+                     str(r.double_allocations), ",".join(str(s.seed) for s in r.seeds), f"{passed} pass / {len(r.seeds) - passed} fail",
+                     str(r.retries), f"{r.wall:.0f}"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    for label, r in runs.items():
+        for s in r.seeds:
+            if s.verdict != "pass":
+                lines.append(f"  {label} seed {s.seed}: {s.verdict}: {(s.messages or [''])[0][:200]}")
+        for e in r.errors:
+            lines.append(f"  {label}: {e}")
+    return "\n".join(lines)
+
+
+def judge(runs: dict[str, CampaignResult]) -> list[str]:
+    """What is wrong with a campaign's runs (empty: the campaign shows what it must). Runs are paired as
+    `<x>kills` and `<x>zero kills` on the same seeds."""
+    problems = []
+    for label, r in runs.items():
+        if not label.endswith("zero kills"):
+            continue
+        chaos = runs.get(label.replace("zero kills", "kills"))
+        if chaos is None:
+            continue
+        fault = chaos.faults[0] if chaos.faults else None
+        if fault is None:
+            for run_label, run in ((label.replace("zero kills", "kills"), chaos), (label, r)):
+                if run.leaks or run.double_allocations or any(s.verdict != "pass" for s in run.seeds):
+                    problems.append(f"{run_label}: a clean run found leaks {run.leaks}, double allocations {run.double_allocations}, "
+                                    f"verdicts {run.verdicts()}")
+            if chaos.verdicts() != r.verdicts():
+                problems.append(f"{label}: verdicts differ from the run with kills: {chaos.verdicts()} vs {r.verdicts()}")
+            moved = [s.seed for s, z in zip(chaos.seeds, r.seeds) if s.workload != z.workload]
+            if moved:
+                problems.append(f"{label}: seeds {moved} ran other workloads than with kills")
+        else:
+            wanted = CAUGHT_AS[fault]
+            for run_label, run in ((label.replace("zero kills", "kills"), chaos), (label, r)):
+                count = run.leaks if wanted == "leak" else run.double_allocations
+                if not count:
+                    problems.append(f"{run_label}: the fault {fault} went unnoticed (0 {wanted})")
+            failed = lambda run: {s.seed: s.verdict != "pass" for s in run.seeds}  # noqa: E731
+            if failed(chaos) != failed(r):
+                problems.append(f"{label}: pass/fail per seed differs from the run with kills: {chaos.verdicts()} vs {r.verdicts()}")
+    return problems

@@ -1,0 +1,295 @@
+"""Run generated workloads (the allocation state machine) seed by seed while the chaos kills components.
+
+Every step of a workload is checked by the runner as usual (soundness, completeness, fallback,
+liveness). The campaign adds, per example: every bound pod's claims get prepared by the node's plugin;
+once the example's pods and claims are gone, nothing is left on the nodes (MIG instances, CDI specs,
+checkpoint entries). Before every kill it observes the whole cluster: no device or counter held twice
+by allocations, no device prepared for two claims. A seed's verdict is `pass` or the sorted list of
+what failed; the same seeds with zero kills must give the same verdicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
+
+from hypothesis import HealthCheck, Phase, seed as with_seed, settings
+from hypothesis.stateful import get_state_machine_test
+from kubernetes import client
+
+from testbed.campaign.audit import Leaks, NodeState, double_prepared, leaks
+from testbed.campaign.chaos import COMPONENTS, Chaos, Kill
+from testbed.campaign.supervisor import Supervisor
+from testbed.waiting import WaitTimeout
+from testbed.workloads.devices import Inventory
+from testbed.workloads.machine import allocation_machine
+from testbed.workloads.observe import Snapshot, observe_claims
+from testbed.workloads.oracle import check_usage
+from testbed.workloads.runner import BOUND_ENV, PropertyFailure
+from testbed.workloads.strategies import churn_claim_specs, churn_pod_specs
+from testbed.workloads.truth import physical_violations
+
+# what the runner's and truth's messages say when one device, counter or placement is held twice
+DOUBLE_MARKS = ("is allocated to", "over-committed", "allocated together", "held by two partitions", "compute slices of",
+                "prepared for claims")
+
+
+class Target(Protocol):
+    """A backend's side of the campaign: the nodes' driver state, and whether a pod's claims are prepared."""
+
+    def node_states(self) -> list[NodeState]: ...
+
+    def prepared(self, pod) -> bool: ...
+
+
+class LeakFailure(AssertionError):
+    def __init__(self, found: Leaks) -> None:
+        self.leaks = found
+        super().__init__("left on the nodes after the example: " + "; ".join((found.mig + found.cdi + found.prepared)[:6]))
+
+
+class PrepareFailure(AssertionError):
+    """A bound pod's claims were not prepared in time."""
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    verdict: str  # "pass", or "fail: <categories>"
+    categories: list[str]
+    messages: list[str]
+    examples: int
+    workload: str  # digest of every example's steps: the same seed ran the same workload
+    wall: float
+    leaks: int = 0
+    double_allocations: int = 0
+
+
+@dataclass
+class CampaignResult:
+    backend: str
+    faults: list[str]
+    seeds: list[SeedResult] = field(default_factory=list)
+    kills: list[Kill] = field(default_factory=list)
+    kills_by_component: dict[str, int] = field(default_factory=dict)
+    crashes: dict[str, int] = field(default_factory=dict)  # exits nobody asked for, per unit
+    downtime: dict[str, float] = field(default_factory=dict)  # mean seconds kill -> restarted, per component
+    observed_double: list[str] = field(default_factory=list)  # found by the observations before kills
+    final_leaks: dict[str, list[str]] = field(default_factory=dict)
+    retries: int = 0  # API calls retried through restarts
+    errors: list[str] = field(default_factory=list)
+    wall: float = 0.0
+
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def leaks(self) -> int:
+        return sum(s.leaks for s in self.seeds) + sum(len(v) for v in self.final_leaks.values())
+
+    @property
+    def double_allocations(self) -> int:
+        return sum(s.double_allocations for s in self.seeds) + len(self.observed_double)
+
+    def verdicts(self) -> dict[int, str]:
+        return {s.seed: s.verdict for s in self.seeds}
+
+    def as_dict(self) -> dict:
+        return {"backend": self.backend, "faults": self.faults, "wall_s": round(self.wall, 1),
+                "kills": len(self.kills), "kills_by_component": self.kills_by_component, "crashes": self.crashes,
+                "mean_downtime_s": self.downtime, "api_retries": self.retries, "stats": self.stats,
+                "leaks": self.leaks, "double_allocations": self.double_allocations,
+                "observed_double": self.observed_double[:20], "final_leaks": self.final_leaks, "errors": self.errors,
+                "seeds": [s.__dict__ for s in self.seeds], "kill_log": [k.__dict__ for k in self.kills]}
+
+
+def _flatten(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _flatten(inner)
+    else:
+        yield exc
+
+
+def classify(exc: BaseException) -> tuple[list[str], list[str], int, int]:
+    """(categories, messages, leaks, double allocations) of a failed seed's exception."""
+    categories, messages, leaked, double = set(), [], 0, 0
+    for e in _flatten(exc):
+        if isinstance(e, PropertyFailure):
+            for v in e.violations:
+                kind = "double-allocation" if any(m in v.message for m in DOUBLE_MARKS) else v.property
+                double += kind == "double-allocation"
+                categories.add(kind)
+                messages.append(f"[{kind}] {v.message}")
+        elif isinstance(e, LeakFailure):
+            categories.add("leak")
+            leaked += e.leaks.total
+            messages.append(str(e))
+        elif isinstance(e, PrepareFailure):
+            categories.add("not-prepared")
+            messages.append(str(e))
+        else:  # the harness itself: a timeout or error it did not ride out
+            categories.add(f"harness:{type(e).__name__}")
+            messages.append(f"{type(e).__name__}: {e}"[:500])
+    return sorted(categories), messages[:10], leaked, double
+
+
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+@dataclass
+class Campaign:
+    """Workloads on one cluster (`api`, a RetryingApiClient) with its `target` and `supervisor`."""
+
+    api: client.ApiClient
+    layout_yaml: str
+    target: Target
+    supervisor: Supervisor
+    bundles: Path
+    examples: int = 3
+    steps: int = 6
+    boards: tuple[str, ...] = ()
+    mig_percent: int = 50
+    bound: float = 150.0  # seconds the scheduler gets per pod: it may be restarting
+    quiet_timeout: float = 60.0  # seconds for the nodes to release what an example's claims held
+    context: dict = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.resource = client.ResourceV1Api(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.observed_double: list[str] = []
+
+    # --- observations ---
+
+    def observe(self) -> None:
+        """The whole cluster now: no device, counter or placement allocated or prepared twice."""
+        snap = Snapshot(Inventory.from_api(self.resource), observe_claims(self.resource))
+        problems = [v.message for v in check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
+                    if any(m in v.message for m in DOUBLE_MARKS)]
+        problems += double_prepared(self.target.node_states())
+        self.observed_double += problems
+        self._count("observations")
+
+    def leftovers(self, timeout: float | None = None) -> Leaks:
+        """What the nodes still hold for claims that are gone, once it stops shrinking (or `timeout`)."""
+        deadline = time.monotonic() + (self.quiet_timeout if timeout is None else timeout)
+        while True:
+            live = {c.metadata.uid for c in self.resource.list_resource_claim_for_all_namespaces().items}
+            found = leaks(self.target.node_states(), live)
+            if not found.total or time.monotonic() > deadline:
+                return found
+            time.sleep(0.5)
+
+    def _wait_prepared(self, namespace: str) -> None:
+        deadline = time.monotonic() + self.bound
+        while True:
+            pods = [p for p in self.core.list_namespaced_pod(namespace).items
+                    if p.spec.node_name and p.spec.resource_claims and p.metadata.deletion_timestamp is None]
+            waiting = [p.metadata.name for p in pods if not self.target.prepared(p)]
+            if not waiting:
+                self._count("prepared-pods", len(pods))
+                return
+            if time.monotonic() > deadline:
+                raise PrepareFailure(f"pods {waiting} are bound but their claims were not prepared within {self.bound:.0f}s")
+            time.sleep(0.5)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    # --- one seed ---
+
+    def run_seed(self, seed: int) -> SeedResult:
+        campaign, workloads = self, []
+        base = allocation_machine(self.api, self.layout_yaml, self.bundles / f"seed-{seed}", boards=self.boards,
+                                  mig_percent=self.mig_percent, context={**self.context, "seed": seed}, stats=self.stats,
+                                  pod_strategy=churn_pod_specs, claim_strategy=churn_claim_specs)
+
+        class Audited(base):  # type: ignore[misc,valid-type]
+            def teardown(self) -> None:
+                try:
+                    campaign._wait_prepared(self.runner.namespace)
+                finally:
+                    workloads.append(json.dumps(self.runner.steps, sort_keys=True))
+                    arrivals = [s["pod"] for s in self.runner.steps if s["op"] == "arrive"]
+                    campaign._count("pods", len(arrivals))
+                    campaign._count("claims", sum(len(p["claims"]) for p in arrivals))
+                    super().teardown()
+                found = campaign.leftovers()
+                if found.total:
+                    raise LeakFailure(found)
+
+        test = get_state_machine_test(Audited, settings=settings(
+            max_examples=self.examples, stateful_step_count=self.steps, phases=(Phase.generate,), database=None,
+            deadline=None, suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False))
+        start = time.monotonic()
+        categories, messages, leaked, double = [], [], 0, 0
+        with _env(BOUND_ENV, str(self.bound)):
+            try:
+                with_seed(seed)(test)()
+            except Exception as exc:  # noqa: BLE001 - every failure is a verdict, sorted by classify
+                categories, messages, leaked, double = classify(exc)
+        digest = hashlib.sha256("\n".join(workloads).encode()).hexdigest()[:12]
+        verdict = "pass" if not categories else "fail: " + ", ".join(categories)
+        return SeedResult(seed, verdict, categories, messages, len(workloads), digest, round(time.monotonic() - start, 1), leaked, double)
+
+
+def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int, seeds: list[int] | None = None,
+                 first_seed: int = 0, max_seeds: int = 50, interval: tuple[float, float] = (4.0, 10.0),
+                 kinds: tuple[str, ...] = COMPONENTS, retries: Callable[[], int] = lambda: 0,
+                 progress: Callable[[str], None] = lambda line: None) -> CampaignResult:
+    """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos."""
+    result = CampaignResult(backend, sorted(faults))
+    campaign.stats.clear()  # counts are per run
+    campaign.observed_double.clear()
+    start = time.monotonic()
+    with Chaos(campaign.supervisor, first_seed + 7919, kills, interval, kinds, observe=campaign.observe) as chaos:
+        todo = list(seeds) if seeds is not None else None
+        n = 0
+        while True:
+            if todo is not None:
+                if n >= len(todo):
+                    break
+                current = todo[n]
+            else:
+                if (chaos.done and n > 0) or n >= max_seeds:
+                    break
+                current = first_seed + n
+            n += 1
+            outcome = campaign.run_seed(current)
+            result.seeds.append(outcome)
+            progress(f"seed {current}: {outcome.verdict} ({outcome.examples} examples, {outcome.wall:.0f}s, kills so far {len(chaos.kills)})")
+    if not campaign.supervisor.wait_running(timeout=120):
+        result.errors.append("not every unit was running again 120 s after the last kill")
+    try:
+        campaign.observe()
+    except Exception as exc:  # noqa: BLE001
+        result.errors.append(f"final observation failed: {type(exc).__name__}: {exc}"[:300])
+    result.final_leaks = {k: v for k, v in campaign.leftovers().as_dict().items() if v}
+    result.kills, result.kills_by_component, result.errors = list(chaos.kills), chaos.by_kind(), result.errors + chaos.errors
+    units = campaign.supervisor.units.values()
+    result.crashes = {u.name: u.crashes for u in units if u.crashes}
+    for kind in kinds:
+        times = [t for u in units if u.kind == kind for t in u.downtimes]
+        if times:
+            result.downtime[kind] = round(sum(times) / len(times), 2)
+    result.observed_double = list(campaign.observed_double)
+    result.stats = dict(campaign.stats)
+    result.retries = retries()
+    result.wall = time.monotonic() - start
+    return result

@@ -1,0 +1,76 @@
+"""One campaign session on a running cluster: the target's processes up, supervised, and runs on demand.
+
+    with kwok_session(cluster, layout, faults) as session:
+        chaos = session.run(kills=12)
+        calm = session.run(kills=0, seeds=chaos.seed_list())
+
+The cluster must already run our driver with the same `faults` (the publisher reads them at start);
+the session starts the node plugins with them too.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from fake_gpus.driver.faults import fault_env
+from fake_gpus.driver.identity import current_identity
+from testbed.apiretry import RetryingApiClient, retrying_client
+from testbed.campaign.kwok import KwokTarget
+from testbed.campaign.run import Campaign, CampaignResult, Target, run_campaign
+from testbed.campaign.supervisor import Supervisor
+from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.workloads.bundle import default_root, layout_yaml
+
+# A partitionable H100 pair (MIG instances, counters, repartitioning) and a whole-GPU H200 pair.
+CAMPAIGN_LAYOUT = Layout((
+    NodeSpec("dyn-h100", "h100-80gb", 2, Mode("dynamic-mig")),
+    NodeSpec("whole-h200", "h200-141gb", 2, Mode("whole")),
+), name="fault-campaign")
+CAMPAIGN_BOARDS = ("h100-80gb", "h200-141gb")
+
+
+@dataclass
+class Session:
+    backend: str
+    campaign: Campaign
+    api: RetryingApiClient
+    faults: list[str]
+    progress: Callable[[str], None]
+
+    def run(self, kills: int, seeds: list[int] | None = None, first_seed: int = 0, max_seeds: int = 50,
+            interval: tuple[float, float] = (4.0, 10.0)) -> CampaignResult:
+        before = self.api.retries
+        return run_campaign(self.campaign, self.backend, self.faults, kills, seeds, first_seed, max_seeds, interval,
+                            retries=lambda: self.api.retries - before, progress=self.progress)
+
+
+@contextmanager
+def session_on(backend: str, kubeconfig: Path, layout: Layout, target: Target, supervisor: Supervisor, faults: list[str],
+               label: str, progress: Callable[[str], None] = print, **campaign_args) -> Iterator[Session]:
+    """A Session over an already started target and supervisor."""
+    api = retrying_client(str(kubeconfig))
+    try:
+        campaign = Campaign(api, layout_yaml(layout), target, supervisor, default_root() / "campaign" / label,
+                            boards=tuple(sorted({n.board for n in layout.nodes})), context={"faults": ",".join(sorted(faults))},
+                            **campaign_args)
+        yield Session(backend, campaign, api, list(faults), progress)
+    finally:
+        api.close()
+
+
+@contextmanager
+def kwok_session(cluster, layout: Layout, faults: list[str], label: str = "kwok", progress: Callable[[str], None] = print,
+                 **campaign_args) -> Iterator[Session]:
+    """Plugins and stand-in kubelet started on the KWOK `cluster`, every unit supervised; stopped afterwards."""
+    target = KwokTarget(cluster.home, cluster.kwok_dir, layout, current_identity().driver, fault_env(faults))
+    try:
+        units = target.start()
+        with Supervisor(units) as supervisor:
+            with session_on("kwok", cluster.home / "kubeconfig", layout, target, supervisor, faults, label, progress,
+                            **campaign_args) as session:
+                yield session
+    finally:
+        target.stop()  # after the supervisor stopped: nothing restarts them

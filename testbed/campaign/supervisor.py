@@ -1,0 +1,160 @@
+"""Restart=always for a cluster's host processes: what systemd or a kubelet does for its units.
+
+A `Unit` is adopted from its running process: the command line, working directory, environment and
+log (stdout) are read from /proc, so a restart runs exactly what was running, with its pid file kept
+current (the cluster's teardown stops whatever the file names). The supervisor's thread notices any
+unit that exited and starts it again after `delay` seconds; `kill` SIGKILLs one on purpose. Exits
+nobody asked for are counted as crashes: a component that falls over when another restarts is a
+finding, not noise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hostenv.processes import alive
+
+
+class SuperviseError(RuntimeError):
+    """A unit cannot be adopted (no pid file, process gone); one line."""
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a killed component reparented to an init that is slow to reap)."""
+    if not alive(pid):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@dataclass
+class Unit:
+    """One supervised process: `kind` is the component (plugin, publisher, scheduler, apiserver, etcd)."""
+
+    name: str
+    kind: str
+    pid_file: Path
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    log: str | None
+    pid: int
+    restarts: int = 0
+    crashes: int = 0
+    killed_at: float | None = None  # set by kill(), cleared by the restart
+    down_since: float | None = None
+    proc: subprocess.Popen | None = None
+    downtimes: list[float] = field(default_factory=list)  # kill -> new process started, seconds
+
+    @classmethod
+    def adopt(cls, name: str, kind: str, pid_file: Path) -> Unit:
+        try:
+            pid = int(pid_file.read_text().strip())
+            proc_dir = Path(f"/proc/{pid}")
+            argv = [a.decode() for a in (proc_dir / "cmdline").read_bytes().split(b"\0") if a]
+            cwd = os.readlink(proc_dir / "cwd")
+            env = dict(e.decode().split("=", 1) for e in (proc_dir / "environ").read_bytes().split(b"\0") if b"=" in e)
+            out = os.readlink(proc_dir / "fd" / "1")
+        except (OSError, ValueError) as exc:
+            raise SuperviseError(f"cannot adopt {name} from {pid_file}: {exc}") from exc
+        if not argv:
+            raise SuperviseError(f"cannot adopt {name}: process {pid} has no command line (exited?)")
+        return cls(name, kind, pid_file, argv, cwd, env, out if out.startswith("/") and os.path.isfile(out) else None, pid)
+
+    def start(self) -> None:
+        log = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
+        self.pid = self.proc.pid
+        self.pid_file.write_text(f"{self.pid}\n")
+
+    def is_running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return running(self.pid)
+
+
+class Supervisor:
+    """Watches units every `period` seconds and restarts any that exited, `delay` seconds later."""
+
+    def __init__(self, units: list[Unit], delay: float = 1.0, period: float = 0.2) -> None:
+        self.units = {u.name: u for u in units}
+        self.delay, self.period = delay, period
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+
+    def __enter__(self) -> Supervisor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop supervising (units keep running: the cluster's teardown stops them by their pid files)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def of_kind(self, kind: str) -> list[Unit]:
+        return [u for u in self.units.values() if u.kind == kind]
+
+    def kill(self, name: str) -> Unit:
+        """SIGKILL the unit's process; the loop restarts it."""
+        with self.lock:
+            unit = self.units[name]
+            unit.killed_at = time.monotonic()
+            try:
+                os.kill(unit.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return unit
+
+    def all_running(self) -> bool:
+        with self.lock:
+            return all(u.is_running() for u in self.units.values())
+
+    def wait_running(self, timeout: float = 120.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.all_running():
+                return True
+            time.sleep(self.period)
+        return False
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            with self.lock:
+                for unit in self.units.values():
+                    self._tend(unit)
+
+    def _tend(self, unit: Unit) -> None:
+        if unit.is_running():
+            unit.down_since = None
+            return
+        now = time.monotonic()
+        if unit.down_since is None:
+            unit.down_since = now
+            if unit.killed_at is None:
+                unit.crashes += 1  # nobody asked for this exit
+        if now - unit.down_since < self.delay:
+            return
+        unit.start()
+        unit.restarts += 1
+        if unit.killed_at is not None:
+            unit.downtimes.append(time.monotonic() - unit.killed_at)
+        unit.killed_at, unit.down_since = None, None
