@@ -28,6 +28,8 @@ class RetryingApiClient(client.ApiClient):
 
     def __init__(self, configuration: client.Configuration | None = None, budget: float = DEFAULT_BUDGET,
                  on_retry: Callable[[str, str], None] | None = None) -> None:
+        configuration = configuration or client.Configuration.get_default_copy()
+        configuration.retries = False  # urllib3's own quiet retries would hide what a lost answer was
         super().__init__(configuration)
         self.budget = budget
         self.retries = 0
