@@ -21,7 +21,7 @@ INTERVAL = (3.0, 6.0)
 
 
 def _campaign(bed, faults: list[str], label: str, kills: int, max_seeds: int, examples: int, **settings) -> dict:
-    with bed(CAMPAIGN_LAYOUT, env=fault_env(faults), label=label, backend="kwok") as testbed:
+    with bed(CAMPAIGN_LAYOUT, env=fault_env(faults), label=label, backend="kwok", attempts=2) as testbed:
         with kwok_session(testbed.cluster, CAMPAIGN_LAYOUT, faults, label=label, examples=examples, steps=6, **settings) as session:
             chaos = session.run(kills, max_seeds=max_seeds, interval=INTERVAL)
             calm = session.run(0, seeds=[s.seed for s in chaos.seeds])
