@@ -50,6 +50,7 @@ DEBOOTSTRAP = Package("debootstrap", ("debootstrap",))
 LIBSECCOMP_DEV = Package("libseccomp-dev", ("/usr/include/seccomp.h",))
 PKG_CONFIG = Package("pkg-config", ("pkg-config",))
 CHROMIUM = Package("chromium", ("chromium", "chromium-browser"))
+BUSYBOX = Package("busybox-static", ("/bin/busybox",))
 
 FEATURES: dict[str, tuple[str, tuple[Package, ...]]] = {
     "docker": ("the Docker engine of the kind backend", (DOCKER,)),
@@ -57,6 +58,7 @@ FEATURES: dict[str, tuple[str, tuple[Package, ...]]] = {
     "runc": ("building runc with seccomp for the kind node image", (LIBSECCOMP_DEV, PKG_CONFIG)),
     "kind": ("the kind backend (Docker engine, offline node image)", (DOCKER, DEBOOTSTRAP, LIBSECCOMP_DEV, PKG_CONFIG)),
     "html": ("rendering HTML reports in headless Chromium", (CHROMIUM,)),
+    "busybox": ("the busybox of the upstream DRA e2e images", (BUSYBOX,)),
 }
 
 

@@ -3,7 +3,7 @@
 e2e.test names its images at compile time: test/utils/image/manifest.go (busybox, pause) and the DRA
 manifests (the test-driver proxy pod, the sample device plugin). Those references are read from the
 k8s.io/kubernetes module of the release, and each image is built here from a Debian package and Go code,
-never pulled: busybox from Debian's busybox-static; the proxy pod's `/hostpathplugin` is our own program
+never pulled: busybox from Debian's busybox-static (installed on the host); the proxy pod's `/hostpathplugin` is our own program
 (testbed/upstream/proxy: sig-storage's module is not served by the Go proxy) on that busybox; pause is
 the node image's C pause; sample-device-plugin is the module's own main package on busybox. The tests use
 these tags with the default pull policy, so a copy in each node's containerd is what runs.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import Release, release_for
-from testbed import progress
+from testbed import hostdeps, progress
 from testbed.clusters.kind.dockerd import docker, ensure_engine
 from testbed.clusters.kind.node_image import PATH_ENV, ImageBuildError
 from testbed.toolchain import gobuild
@@ -32,7 +31,6 @@ from testbed.toolchain import gobuild
 PROXY_SOURCE = Path(__file__).resolve().parent / "proxy"
 SAMPLE_DEVICE_PLUGIN = "k8s.io/kubernetes/test/images/sample-device-plugin"
 LABEL = "io.dra-testbed.inputs"  # hash of what an image was built from: a changed input rebuilds it
-BUSYBOX_PACKAGE = "busybox-static"
 # the manifests the DRA tests deploy, and the container whose image each holds
 MANIFESTS = {
     "proxy": "test/e2e/testing-manifests/dra/dra-test-driver-proxy.yaml",
@@ -113,23 +111,12 @@ def newest_csi_image(folder: Path, repo: str) -> str:
 
 # -- inputs --------------------------------------------------------------------------------------------
 def busybox_binary() -> Path:
-    """Debian's static busybox, from the package (fetched once with apt-get download, cached)."""
-    folder = cache_root() / "images" / "debian" / BUSYBOX_PACKAGE
-    binary = folder / "bin" / "busybox"
-    if binary.is_file():
-        return binary
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".busybox-") as tmp:
-        with progress.step(f"apt-get download {BUSYBOX_PACKAGE}"):
-            out = subprocess.run(["apt-get", "download", BUSYBOX_PACKAGE], cwd=tmp, capture_output=True, text=True)
-        debs = list(Path(tmp).glob("*.deb"))
-        if out.returncode != 0 or not debs:
-            raise ImageBuildError(f"apt-get download {BUSYBOX_PACKAGE} failed: {(out.stderr or out.stdout).strip()[-200:]}")
-        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(Path(tmp) / "root")], check=True)
-        (folder / "bin").mkdir(exist_ok=True)
-        shutil.copy2(Path(tmp) / "root" / "bin" / "busybox", binary)
-        (folder / "package").write_text(debs[0].name + "\n")
-    return binary
+    """Debian's static busybox (package busybox-static, installed on the host through hostdeps when missing)."""
+    try:
+        hostdeps.ensure("busybox")
+    except hostdeps.HostDepsMissing as exc:
+        raise ImageBuildError(str(exc)) from exc
+    return Path("/bin/busybox").resolve()
 
 
 def busybox_applets(binary: Path) -> list[str]:
