@@ -150,7 +150,7 @@ def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = ()) 
     ours = {pid: line for pid, line in processes().items() if text in line and pid != os.getpid()}
     # a port is ours while a process of this run holds it; on a shared machine another run may take it next
     held = {port for pid, _, port in listeners_of(list(processes()))
-            if port in ports and (pid in ours or not _cmdline(pid))}
+            if port in ports and (pid in ours or not _cmdline(pid))} if ports else set()  # reading every process's sockets is slow
     return Found(
         processes=ours,
         ports=sorted(held),

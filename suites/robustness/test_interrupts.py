@@ -7,12 +7,9 @@ mounted under it and only kwokctl's creation lock may remain in it.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -20,26 +17,15 @@ import pytest
 import yaml
 
 from hostenv import processes
+from interrupt_helpers import SIGNALS, Phase, interrupt_at
 from testbed import leftovers
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 NAME = "intr"
 KEEP = (".create.lock",)
 # a few nodes, so the phase after the control plane (nodes, slices, publisher) lasts long enough to hit
 NODES = [f"--node=n{i}=h100-80gb:8:dynamic-mig" for i in range(6)]
-
-
-class Phase:
-    """A point of a run, reached when `reached(state, stderr)` says so."""
-
-    def __init__(self, name: str, reached) -> None:
-        self.name, self.reached = name, reached
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 def _home(state: Path) -> Path:
@@ -68,51 +54,6 @@ def _ports(state: Path) -> tuple[int, ...]:
     return ()
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """End a run that went wrong the way a runner would (SIGTERM, then SIGKILL), so it still cleans up."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def _default_signals() -> None:
-    """The run starts as from a terminal: a runner that ignores SIGHUP (nohup, some CI agents) must not
-    hand that to the run, where the CLI rightly keeps an ignored signal ignored and the test would wait."""
-    for signum in SIGNALS:
-        signal.signal(signum, signal.SIG_DFL)
-
-
-def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeout: float = 600) -> tuple[int, str, tuple[int, ...]]:
-    """Run `args` with its own state dir; send `signum` once `phase` is reached; return (exit code,
-    stderr, ports the run had listened on)."""
-    env = dict(os.environ, DRA_TESTBED_STATE=str(state), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-                            preexec_fn=_default_signals)
-    err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
-    reader.start()
-    ports: tuple[int, ...] = ()
-    deadline = time.monotonic() + timeout
-    while not phase.reached(state, "".join(err)):
-        ports = ports or _ports(state)
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended ({proc.returncode}) before phase {phase}: {''.join(err)[-400:]}")
-        if time.monotonic() > deadline:
-            _stop(proc)
-            pytest.fail(f"phase {phase} not reached in {timeout:.0f}s")
-        time.sleep(0.02)
-    proc.send_signal(signum)
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        pytest.fail(f"the run did not end within {timeout:.0f}s of {signal.Signals(signum).name}")
-    reader.join(10)
-    return code, "".join(err), ports or _ports(state)
-
-
 def assert_nothing_left(state: Path, ports: tuple[int, ...]) -> None:
     deadline = time.monotonic() + 5  # a component killed just now may take a moment to release its port
     while (found := leftovers.scan(state, ports, keep=KEEP)) and time.monotonic() < deadline:
@@ -133,7 +74,8 @@ def state(tmp_path: Path):
 @pytest.mark.parametrize("phase", UP_PHASES, ids=str)
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_during_up_cleans_up_everything(state: Path, phase: Phase, signum: int) -> None:
-    code, err, ports = interrupt_at([sys.executable, "-m", "testbed.cli", "up", "--name", NAME, *NODES], state, phase, signum)
+    code, err, ports = interrupt_at([sys.executable, "-m", "testbed.cli", "up", "--name", NAME, *NODES], state, phase, signum,
+                                     ports_of=_ports)
     assert "Traceback" not in err
     if code == -signum:  # died of it before the CLI installed its handlers: nothing had started yet
         assert phase.name == "starting", err[-600:]
@@ -169,6 +111,6 @@ def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, state
     layout.write_text(yaml.safe_dump({"nodes": [{"name": "g0", "board": "h100-80gb", "count": 2}]}))
     args = [sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
             "--rootdir", str(folder), "--cluster-name", NAME, "--layout", str(layout), str(folder / "test_hold.py")]
-    code, err, ports = interrupt_at(args, state, phase, signum)
+    code, err, ports = interrupt_at(args, state, phase, signum, ports_of=_ports)
     assert code != 0
     assert_nothing_left(state, ports)

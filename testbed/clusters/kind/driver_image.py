@@ -8,8 +8,8 @@ Tags carry a hash of their inputs, so an unchanged image is never rebuilt.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import tomllib
@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from hostenv.dirs import cache_root
+from hostenv.processes import run_group
 from testbed import progress
 from testbed.clusters.kind.dockerd import ensure_engine, image_present
 from testbed.clusters.kind.node_image import PATH_ENV, ImageBuildError, derive_image, drop_stale, ensure_base_image
@@ -37,7 +38,10 @@ def _pip_install(target: Path, requirements: list[str], no_deps: bool = False) -
     args = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(target)]
     if no_deps:
         args.append("--no-deps")
-    out = subprocess.run([*args, *requirements], capture_output=True, text=True)
+    # a group of its own, stopped whole if we are interrupted; a temporary directory of its own, since a pip
+    # stopped half-way leaves its unpacked wheels behind
+    with tempfile.TemporaryDirectory(prefix="dra-testbed-pip-") as scratch:
+        out = run_group([*args, *requirements], env={**os.environ, "TMPDIR": scratch})
     if out.returncode != 0:
         raise ImageBuildError(f"pip install {' '.join(requirements)} failed: {out.stderr.strip()[-300:]}")
 
@@ -94,8 +98,11 @@ def _python_deps(pins: str) -> Path:
     if not target.is_dir():
         partial = target.with_suffix(".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        # the dependencies only: installing the project itself would build it inside the work tree
-        _pip_install(partial, [*project_dependencies(), *pins.split()])
+        try:  # the dependencies only: installing the project itself would build it inside the work tree
+            _pip_install(partial, [*project_dependencies(), *pins.split()])
+        except BaseException:  # interrupted or failed: no half-written cache entry stays behind
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         partial.rename(target)
     return target
 
