@@ -132,9 +132,12 @@ class KwokCluster(Cluster):
             self.record_spec(spec, release.kubernetes, binaries={b.name: str(b.path) for b in toolchain.binaries.values()})
             return kubeconfig
         except BaseException:
-            kept = self.export_logs(Path(os.environ[FAILURE_LOGS_ENV]) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}") \
-                if os.environ.get(FAILURE_LOGS_ENV) else None
-            where = f" (component logs kept in {kept})" if kept else f" (set ${FAILURE_LOGS_ENV} to keep component logs)"
+            try:  # keeping the logs must never keep the cluster: the teardown below runs whatever happens here
+                kept = self.export_logs(Path(os.environ[FAILURE_LOGS_ENV]) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}") \
+                    if os.environ.get(FAILURE_LOGS_ENV) else None
+                where = f" (component logs kept in {kept})" if kept else f" (set ${FAILURE_LOGS_ENV} to keep component logs)"
+            except (OSError, shutil.Error) as exc:
+                where = f" (keeping its logs failed: {str(exc)[:200]})"
             progress.note(f"[red]up failed; removing the partial cluster {self.name!r}{where}[/red]")
             self._teardown(toolchain.path("kwokctl"))
             raise
@@ -145,7 +148,8 @@ class KwokCluster(Cluster):
         dest = folder or self.home.with_name(f"{self.name}-logs-{time.strftime('%Y%m%d-%H%M%S')}")
         for source, name in ((self.kwok_dir / "logs", "logs"), (self.home, "home")):
             if source.is_dir():
-                shutil.copytree(source, dest / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock"))
+                # links as links (a node's sys views link in loops), no sockets or device nodes (not copyable)
+                shutil.copytree(source, dest / name, dirs_exist_ok=True, symlinks=True, ignore=shutil.ignore_patterns("*.sock", "dev"))
         return dest
 
     def load_images(self, *references: str) -> None:
