@@ -7,11 +7,13 @@ by the API server), then check that every pool is complete and that pods with MI
 fleet. Every process's peak RSS (VmHWM) is read at the end of each phase and summed.
 
     python benchmarks/publish_scale.py [--nodes 1000 5000] [--fleet h100|mixed] [--k8s 1.34] [--pods 50]
-                                       [--credentials node|admin|both]
+                                       [--credentials node|admin|both] [--stock] [--profile DIR]
 
 `--credentials node` (default, as `up` runs it): every node's slices written with that node's own token
 (fake_gpus/driver/credentials.py); `admin`: with the cluster's admin certificate (the baseline of their cost);
-`both`: one run each, then their ratio.
+`both`: one run each, then their ratio. `--stock`: without the large-fleet control-plane settings
+(testbed/clusters/kwok/tuning.py); `--profile DIR`: the apiserver's CPU (first minute of publishing) and
+heap profiles.
 """
 
 from __future__ import annotations
@@ -132,6 +134,26 @@ def peak_rss(pids: dict[str, int]) -> dict[str, int]:
     return found
 
 
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU time (user + system, seconds) each process has used so far: the cost of a phase, which a
+    loaded machine stretches in wall time but not in CPU."""
+    found = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            found[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def show_cpu(title: str, before: dict[str, float], after: dict[str, float]) -> float:
+    used = {name: after[name] - before.get(name, 0.0) for name in after}
+    parts = ", ".join(f"{name} {value:.0f}" for name, value in sorted(used.items()))
+    print(f"  CPU seconds {title}: {parts}; sum {sum(used.values()):.0f}", flush=True)
+    return sum(used.values())
+
+
 def processes(cluster: KwokCluster) -> dict[str, int]:
     pids = dict(cluster.pids())
     try:
@@ -149,37 +171,59 @@ def show_memory(title: str, rss: dict[str, int]) -> int:
     return total
 
 
-def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node") -> dict:
+def save_profile(api: client.ApiClient, folder: Path | None, name: str, query: str = "") -> None:
+    """The apiserver's pprof `name` (heap, profile...) into `folder`, to read with `go tool pprof`."""
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    response = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/debug/pprof/{name}{query}")
+    (folder / f"apiserver-{name}.pb.gz").write_bytes(response.data)
+
+
+def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", profile: Path | None = None,
+        stock: bool = False) -> dict:
     name = f"bench-{uuid.uuid4().hex[:6]}"
     cluster = KwokCluster(name)
     seed = Layout((NodeSpec("seed", "h100-80gb", 1, Mode("whole")),))
     try:
-        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=seed))
+        # allow_large: the control plane gets the large-fleet settings (testbed/clusters/kwok/tuning.py)
+        kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=seed, allow_large=not stock))
         launch.stop_publisher(cluster.home)  # phase 1 is KWOK alone
         api = cluster.api_client()
         nodes = fleet_nodes(fleet, count)
         gpus = sum(n.count for n in nodes)
+        cpu_start = cpu_seconds(processes(cluster))
         kwok_seconds = create_nodes(api, nodes)
         kwok_rss = peak_rss(processes(cluster))
+        cpu_kwok = cpu_seconds(processes(cluster))
         launch.START_TIMEOUT = 3600.0  # a first publish of thousands of nodes
         started = time.monotonic()
         identity = (DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT) if credentials == "node" else None
-        launch.start_publisher(cluster.home, kubeconfig, node_identity=identity)  # returns once the first publish is done
+        proc = launch.spawn_publisher(cluster.home, kubeconfig, node_identity=identity)
+        if profile:  # CPU of the apiserver during the first minute of publishing
+            save_profile(api, profile, "profile", "?seconds=60")
+        launch.wait_publisher(cluster.home, proc)  # returns once the first publish is done
         publish_seconds = time.monotonic() - started
+        cpu_published = cpu_seconds(processes(cluster))
+        save_profile(api, profile, "heap")
         n_slices, n_devices = check_pools(api, nodes)
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
         all_rss = peak_rss(processes(cluster))
         api.close()
-        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG, {credentials} credentials", flush=True)
+        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG, {credentials} credentials, "
+              f"{'stock control plane' if stock else 'large-fleet settings'}", flush=True)
         print(f"  KWOK alone: {count} nodes created and Ready        {kwok_seconds:8.1f} s ({count / kwok_seconds:.1f} nodes/s)")
         print(f"  publisher: first publish of every node done     {publish_seconds:8.1f} s ({count / publish_seconds:.1f} nodes/s)")
         print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
               f"({n_slices / publish_seconds:.1f} slices/s accepted)")
         if pods:
             print(f"  schedulable: {pods} pods with a 1g MIG claim bound in {pod_seconds:.1f} s")
+        kwok_cpu = show_cpu("KWOK alone", cpu_start, cpu_kwok)
+        publish_cpu = show_cpu("publishing", {**cpu_kwok, "publisher": 0.0}, cpu_published)
         kwok_total = show_memory("after KWOK alone", kwok_rss)
         total = show_memory("after publishing and scheduling", all_rss)
         print(f"  ratio publish time / KWOK nodes time: {publish_seconds / kwok_seconds:.2f} (goal {GOAL})")
+        print(f"  ratio publish CPU / KWOK nodes CPU: {publish_cpu / kwok_cpu:.2f} (all processes; the benchmark's own creation included)")
         print(f"  ratio peak RSS sum / KWOK alone: {total / kwok_total:.2f}; sum {total / 2**30:.2f} GiB (limit 16 GiB)", flush=True)
         return {"nodes": count, "gpus": gpus, "kwok_s": kwok_seconds, "publish_s": publish_seconds, "rss_sum": total}
     finally:
@@ -194,10 +238,13 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=50, help="pods with a MIG claim scheduled after publishing")
     parser.add_argument("--credentials", choices=("node", "admin", "both"), default="node",
                         help="whose credential writes each node's slices (both: a run each and their ratio)")
+    parser.add_argument("--stock", action="store_true", help="without the large-fleet control-plane settings")
+    parser.add_argument("--profile", type=Path, help="save the apiserver's CPU (publish) and heap profiles here")
     args = parser.parse_args()
     for count in args.nodes:
         kinds = ("admin", "node") if args.credentials == "both" else (args.credentials,)
-        results = {kind: run(count, args.fleet, args.k8s, args.pods, kind) for kind in kinds}
+        results = {kind: run(count, args.fleet, args.k8s, args.pods, kind,
+                                  args.profile and args.profile / f"{count}-{kind}", args.stock) for kind in kinds}
         if len(results) == 2:
             print(f"  ratio publish time with node credentials / with admin: "
                   f"{results['node']['publish_s'] / results['admin']['publish_s']:.2f} ({count} nodes)", flush=True)

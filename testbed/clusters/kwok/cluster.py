@@ -28,6 +28,7 @@ from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
 from testbed.clusters.kwok.stages import StagesError, stages_yaml
+from testbed.clusters.kwok.tuning import component_patches
 from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
@@ -118,8 +119,7 @@ class KwokCluster(Cluster):
             driver.spawn(self.home, self.home / "kubeconfig", spec.layout)
             threading.Thread(target=preload_api_modules, daemon=True).start()  # while kwokctl works
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
-                self._start_control_plane(toolchain, spec, stages)
-            kubeconfig = self._write_kubeconfig(toolchain.path("kwokctl"))
+                kubeconfig = self._start_control_plane(toolchain, spec, stages)
             with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices") as step:
                 api = self.api_client()
                 try:
@@ -169,7 +169,8 @@ class KwokCluster(Cluster):
         for kind in DRIVERS:
             driver_class(kind).stop(self.home)
 
-    def _start_control_plane(self, toolchain, spec: ClusterSpec, stages: str) -> None:
+    def _start_control_plane(self, toolchain, spec: ClusterSpec, stages: str) -> Path:
+        """Start the components and return the kubeconfig once the apiserver is healthy."""
         release = release_for(spec.k8s)
         config = self.home / "kwokctl.yaml"
         config.write_text(render_template(
@@ -181,19 +182,57 @@ class KwokCluster(Cluster):
             runtime_config=as_flag(runtime_config(spec.k8s)),
             apiserver_port=spec.apiserver_port,
             stages=stages,
+            patches=component_patches(spec.allow_large),
         ))
         # kwokctl picks "random" free ports by probing, so two creations at once can pick the same ones and
         # both hang; one creation at a time per machine (a few seconds each) rules that out.
         kwok_workdir().mkdir(parents=True, exist_ok=True)
         with FileLock(str(kwok_workdir() / ".create.lock")):
-            self._kwokctl(toolchain.path("kwokctl"), "--config", str(config), "create", "cluster", "--kubeconfig", "",
-                          "--wait", f"{int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 60)
+            # No --wait: kwokctl would poll /healthz every 0.5 s through a kubectl process of its own; the
+            # kubeconfig it writes (before the components start) lets us poll it directly instead.
+            self._kwokctl(toolchain.path("kwokctl"), "--config", str(config), "create", "cluster",
+                          "--kubeconfig", str(self._contexts()), timeout=READY_TIMEOUT + 60)
+            kubeconfig = self._write_kubeconfig()
+            api = self.api_client()
+            try:
+                self._wait_healthy(api)
+            finally:
+                api.close()
+            self._restart_exited(toolchain.path("kwokctl"))
+        return kubeconfig
 
-    def _write_kubeconfig(self, kwokctl: Path) -> Path:
-        out = self._kwokctl(kwokctl, "get", "kubeconfig")
+    def _restart_exited(self, kwokctl: Path) -> None:
+        """Start again, once, a component that gave up before the apiserver was healthy: the controller-manager
+        and scheduler exit when /healthz fails for 20 s, which a loaded machine's apiserver start can take."""
+        dead = sorted(name for name, pid in self.pids().items() if not alive(pid))
+        if dead:
+            progress.note(f"{', '.join(dead)} exited while the apiserver started; starting again")
+            self._kwokctl(kwokctl, "start", "cluster")
+
+    def _contexts(self) -> Path:
+        """The kubeconfig kwokctl adds its context to (never ~/.kube/config)."""
+        return self.home / "kwokctl-contexts.yaml"
+
+    def _wait_healthy(self, api: client.ApiClient, timeout: float = READY_TIMEOUT) -> None:
+        """Until the apiserver's /healthz says ok (kwokctl's own readiness test), polled every 50 ms."""
+        url = f"{api.configuration.host}/healthz"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if api.rest_client.pool_manager.request("GET", url, timeout=2.0, retries=False).data == b"ok":
+                    return
+            except Exception:  # noqa: BLE001 - not listening yet
+                pass
+            if time.monotonic() > deadline:
+                dead = sorted(name for name, pid in self.pids().items() if not alive(pid))
+                raise ClusterError(f"kube-apiserver not healthy after {timeout:.0f}s"
+                                   f"{f'; components exited: {dead}' if dead else ''} (logs: {self.kwok_dir / 'logs'})")
+            time.sleep(0.05)
+
+    def _write_kubeconfig(self) -> Path:
         path = self.home / "kubeconfig"
         partial = path.with_suffix(".partial")  # the waiting publisher must never read half a file
-        partial.write_text(out.stdout)
+        partial.write_text(self._contexts().read_text())
         partial.chmod(0o600)
         partial.replace(path)
         return path
@@ -253,8 +292,7 @@ class KwokCluster(Cluster):
         if kwokctl is not None and self.kwok_dir.exists():
             # kwokctl refuses an empty --kubeconfig on delete; give it a throwaway file, never ~/.kube/config
             self.home.mkdir(parents=True, exist_ok=True)
-            contexts = self.home / "kwokctl-contexts.yaml"
-            self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(contexts), check=False)
+            self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(self._contexts()), check=False)
         for pid in pids.values():
             terminate(pid)
         # a kwokctl killed half-way may have started components it never recorded: they run from its bin/

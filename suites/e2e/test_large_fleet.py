@@ -1,0 +1,54 @@
+"""`--allow-large` brings the control plane up with the large-fleet settings (testbed/clusters/kwok/tuning.py),
+read back from the running components: the slices' watch cache is off while other resources keep theirs,
+the three Go components collect at GOGC=50 and the device-taint eviction controller does not run."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from testbed.clusters.base import ClusterSpec
+from testbed.clusters.kwok import KwokCluster
+from testbed.clusters.kwok.tuning import GOGC
+from testbed.clusters.layout import Layout, Mode, NodeSpec
+
+pytestmark = pytest.mark.cluster
+
+
+def watch_caches(api: client.ApiClient) -> set[str]:
+    """Resources the apiserver keeps a watch cache of, from its own metrics."""
+    text = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics").data.decode()
+    return set(re.findall(r'^apiserver_watch_cache_initializations_total\{[^}]*resource="([^"]+)"', text, re.M))
+
+
+def environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+@pytest.mark.parametrize("large", [True, False], ids=["allow-large", "default"])
+def test_large_fleet_settings_are_in_force_only_when_asked_for(large: bool) -> None:
+    name = f"lf-{uuid.uuid4().hex[:8]}"
+    cluster = KwokCluster(name)
+    layout = Layout((NodeSpec("gpu-0", "h100-80gb", 1, Mode("dynamic-mig")),))
+    try:
+        cluster.create(ClusterSpec(name=name, layout=layout, allow_large=large))
+        api = cluster.api_client()
+        try:
+            caches = watch_caches(api)
+            assert any(r == "nodes" for r in caches), caches  # the metric is there at all
+            assert any(r == "resourceslices" for r in caches) is not large, caches
+            assert client.ResourceV1Api(api).list_resource_slice().items, "slices still listed without their cache"
+        finally:
+            api.close()
+        pids = cluster.pids()
+        for component in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+            assert (environ(pids[component]).get("GOGC") == GOGC) is large, component
+        kcm = Path(f"/proc/{pids['kube-controller-manager']}/cmdline").read_bytes().decode()
+        assert ("-device-taint-eviction-controller" in kcm) is large
+    finally:
+        cluster.delete()
