@@ -1,0 +1,226 @@
+"""Benchmark: DRA scheduling throughput on our bed against the same control plane without a publisher and
+against Kubernetes' own `scheduler_perf` DRA workload, in one run.
+
+The shape is scheduler_perf's `SchedulingWithResourceClaimTemplate/5000pods_500nodes`: 5,000 devices, 2,500
+pods scheduled first (not measured), then 2,500 measured pods, each with a claim from a template asking for
+one device of a class; the cluster ends full. Our device count is nodes x GPUs (default 625 x 8 whole
+H100s, as a node has at most 8). Three legs:
+
+1. `scheduler_perf`: Kubernetes' integration benchmark (in-process apiserver and scheduler, etcd from the
+   toolchain on PATH), built once per version into the cache; its SchedulingThroughput data item.
+2. pre-created: a KWOK bed whose publisher has published every node's slices and is then stopped.
+3. ours: the same bed with the publisher running (as `dra-testbed up` leaves it).
+
+Legs 2 and 3 count a pod scheduled when it first shows a nodeName and sample every second exactly like
+scheduler_perf's throughput collector (first sample skipped, empty intervals merged), so the figures
+compare. The ratio ours / scheduler_perf is the goal (>= 0.9).
+
+    python benchmarks/sched_throughput.py [--nodes 625] [--gpus 8] [--pods 2500] [--legs perf,pre,ours]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from filelock import FileLock
+from kubernetes import client, watch
+
+from fake_gpus.machine import launch
+from hostenv.dirs import cache_root
+from hostenv.goenv import go_binary, go_env
+from hostenv.versions import release_for
+from testbed.clusters.base import ClusterSpec
+from testbed.clusters.kwok import KwokCluster
+from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.namespaces import create_namespace
+from testbed.toolchain.gobuild import kubernetes_wrapper, run_go
+from testbed.toolchain.resolve import ensure
+
+GOAL = 0.9
+WORKLOAD = "BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes$"
+PERF_PACKAGE = "k8s.io/kubernetes/test/integration/scheduler_perf/dra"
+
+
+# ----------------------------------------------------------------------------- scheduler_perf
+def perf_binary(minor: str) -> tuple[Path, Path]:
+    """scheduler_perf's DRA test binary for `minor` (built once, cached) and its package's source directory."""
+    release = release_for(minor)
+    staging = "v0." + release.kubernetes.removeprefix("v").split(".", 1)[1]
+    folder = cache_root() / "scheduler-perf" / release.kubernetes
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        binary = folder / "dra.test"
+        source = folder / "source"
+        if not binary.exists():
+            log = folder.with_suffix(".build.log")
+            print(f"building scheduler_perf {release.kubernetes} (once; log {log})", flush=True)
+            work, module = kubernetes_wrapper(f"scheduler-perf-{release.kubernetes}", release.kubernetes, staging,
+                                              [PERF_PACKAGE.rsplit("/", 1)[0]], log)
+            shown = lambda line: print(f"  {line}", flush=True) if line.startswith("k8s.io/kubernetes/") else None  # noqa: E731
+            run_go([go_binary(), "mod", "tidy"], work, log, None, go_env())
+            run_go([go_binary(), "test", "-v", "-c", "-o", str(binary.with_suffix(".partial")), PERF_PACKAGE], work, log, shown, go_env())
+            binary.with_suffix(".partial").replace(binary)
+            source.write_text(str(module / "test/integration/scheduler_perf/dra"))
+        return binary, Path(source.read_text())
+
+
+def scheduler_perf(minor: str) -> dict[str, float]:
+    """scheduler_perf's SchedulingThroughput (Average, Perc50, Perc90...) for the workload, run here now."""
+    binary, package = perf_binary(minor)
+    etcd = ensure(minor, ["etcd"]).path("etcd")
+    env = dict(os.environ, PATH=f"{etcd.parent}{os.pathsep}{os.environ['PATH']}")
+    with tempfile.TemporaryDirectory(prefix="sched-perf-") as items:
+        out = subprocess.run([str(binary), "-test.run", "^$", "-test.bench", WORKLOAD, "-test.benchtime", "1ns",
+                              "-perf-scheduling-label-filter=performance", f"-data-items-dir={items}"],
+                             cwd=package, env=env, capture_output=True, text=True, timeout=3600)
+        for result in Path(items).glob("*.json"):
+            for item in json.loads(result.read_text())["dataItems"]:
+                if item["labels"].get("Metric") == "SchedulingThroughput":
+                    return item["data"]
+    tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+    raise RuntimeError(f"scheduler_perf gave no SchedulingThroughput (exit {out.returncode}):\n{tail}")
+
+
+# ----------------------------------------------------------------------------- our bed
+class Throughput:
+    """scheduler_perf's throughput collector, fed by a pod watch of one namespace."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+        self.core, self.namespace = core, namespace
+        self.scheduled: set[str] = set()
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+        self.watching = threading.Event()
+        self.threads = [threading.Thread(target=self._watch, daemon=True), threading.Thread(target=self._sample, daemon=True)]
+        for t in self.threads:
+            t.start()
+        self.watching.wait(60)
+
+    def _watch(self) -> None:
+        version = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            self.watching.set()
+            for event in stream.stream(self.core.list_namespaced_pod, self.namespace, resource_version=version, timeout_seconds=30,
+                                       _preload_content=False):
+                raw = event["raw_object"]  # undecoded: the watch must keep up with the scheduler
+                version = raw["metadata"]["resourceVersion"]
+                if raw["spec"].get("nodeName"):
+                    self.scheduled.add(raw["metadata"]["name"])
+                if self.stop.is_set():
+                    break
+
+    def _sample(self) -> None:
+        last, last_time, started, skipped = 0, time.monotonic(), False, 0
+        while not self.stop.wait(1.0):
+            now, count = time.monotonic(), len(self.scheduled)
+            if count == 0:
+                continue
+            if not started:  # the first sample is skipped, as scheduler_perf does
+                started, last, last_time = True, count, now
+                continue
+            if count == last:
+                skipped += 1
+                continue
+            rate = (count - last) / (now - last_time)
+            self.samples += [rate] * (skipped + 1)
+            last, last_time, skipped = count, now, 0
+
+    def wait(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.scheduled) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.scheduled)}/{count} pods scheduled after {timeout:.0f}s")
+            time.sleep(0.2)
+        time.sleep(1.1)  # one more sample covers the last pods
+        self.stop.set()
+
+    def summary(self) -> dict[str, float]:
+        values = sorted(self.samples)
+        pick = lambda p: values[int(math.ceil(len(values) * p / 100)) - 1]  # noqa: E731 - scheduler_perf's percentiles
+        return {"Average": sum(values) / len(values), "Perc50": pick(50), "Perc90": pick(90), "Perc99": pick(99)}
+
+
+def claim_pods(api: client.ApiClient, namespace: str, count: int, device_class: str) -> Throughput:
+    """A namespace with scheduler_perf's claim template (one device of `device_class`) and `count` pods using it."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    create_namespace(core, namespace)
+    resource.create_namespaced_resource_claim_template(namespace, {
+        "metadata": {"name": "test-claim-template"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": device_class}}]}}}})
+    collector = Throughput(core, namespace)
+    body = lambda i: {"metadata": {"name": f"test-dra-{i}"}, "spec": {  # noqa: E731
+        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1", "resources": {"claims": [{"name": "resource"}]}}],
+        "resourceClaims": [{"name": "resource", "resourceClaimTemplateName": "test-claim-template"}]}}
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: core.create_namespaced_pod(namespace, body(i), _preload_content=False), range(count)))
+    return collector
+
+
+def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool) -> dict[str, float]:
+    """Throughput of the measured pods on a fresh KWOK bed, with the publisher running or stopped."""
+    name = f"tput-{uuid.uuid4().hex[:6]}"
+    cluster = KwokCluster(name)
+    layout = Layout(tuple(NodeSpec(f"gpu-{i:04d}", "h100-80gb", gpus, Mode("whole")) for i in range(nodes)))
+    try:
+        cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout, allow_large=True))
+        if not publisher:
+            launch.stop_publisher(cluster.home)  # its slices stay: the bed now has pre-created slices only
+        api = cluster.api_client()
+        for namespace, measured in (("init", False), ("test", True)):
+            collector = claim_pods(api, namespace, pods, "gpu.nvidia.com")
+            collector.wait(pods, timeout=3600)
+            if measured:
+                return collector.summary()
+    finally:
+        cluster.delete()
+    raise AssertionError("unreachable")
+
+
+def show(label: str, data: dict[str, float]) -> None:
+    print(f"  {label:<34} average {data['Average']:6.1f} pods/s   p50 {data['Perc50']:6.1f}   p90 {data['Perc90']:6.1f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k8s", default="1.34")
+    parser.add_argument("--nodes", type=int, default=625)
+    parser.add_argument("--gpus", type=int, default=8, help="whole GPUs per node (at most 8)")
+    parser.add_argument("--pods", type=int, default=2500, help="pods scheduled first, then as many measured")
+    parser.add_argument("--legs", default="perf,pre,ours", help="comma-separated: perf (scheduler_perf), pre, ours")
+    args = parser.parse_args()
+    legs = args.legs.split(",")
+    results: dict[str, dict[str, float]] = {}
+    if "perf" in legs:
+        perf_binary(args.k8s)  # the build is not part of any leg
+    print(f"Kubernetes {args.k8s}: {args.pods} + {args.pods} pods, each one claim from a template for one device", flush=True)
+    for leg in legs:
+        started = time.monotonic()
+        if leg == "perf":
+            results[leg] = scheduler_perf(args.k8s)
+            label = "scheduler_perf 500 nodes x 10"
+        else:
+            results[leg] = bed(args.k8s, args.nodes, args.gpus, args.pods, publisher=leg == "ours")
+            label = f"{'ours' if leg == 'ours' else 'pre-created slices'} {args.nodes} x {args.gpus} GPUs"
+        show(label, results[leg])
+        print(f"    ({time.monotonic() - started:.0f} s for the leg)", flush=True)
+    if "ours" in results:
+        for base in ("perf", "pre"):
+            if base in results:
+                ratio = results["ours"]["Average"] / results[base]["Average"]
+                print(f"  ratio ours / {'scheduler_perf' if base == 'perf' else 'pre-created'}: {ratio:.2f}"
+                      f"{f' (goal {GOAL})' if base == 'perf' else ''}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
