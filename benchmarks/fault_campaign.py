@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=int, default=3, help="examples per seed")
     p.add_argument("--steps", type=int, default=6, help="steps per example")
     p.add_argument("--interval", default="4,10", help="seconds between kills, MIN,MAX")
+    p.add_argument("--faults", default=",".join(FAULTS), help=f"fault runs after the clean ones (default {','.join(FAULTS)}; 'none': no fault runs)")
     p.add_argument("--report", type=Path, default=Path("reports/campaign"))
     args = p.parse_args(argv)
     try:
@@ -45,13 +46,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--interval {args.interval!r}: expected MIN,MAX in seconds, e.g. 4,10")
     if args.kills < 0 or args.fault_kills < 0 or not 0 < lo <= hi:
         p.error("--kills and --fault-kills must be >= 0 and --interval 0 < MIN <= MAX")
+    faults = [] if args.faults == "none" else [f for f in args.faults.split(",") if f]
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        p.error(f"--faults: {unknown[0]!r} is not a fault this campaign is shown to catch; valid: {', '.join(FAULTS)}, or none")
     runs = {}
     started = time.monotonic()
     settings = dict(examples=args.examples, steps=args.steps)
     with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [], f"bench-{os.getpid()}", args.k8s, **settings) as session:
         runs["kills"] = session.run(args.kills, first_seed=args.seed, interval=(lo, hi))
         runs["zero kills"] = session.run(0, seeds=[s.seed for s in runs["kills"].seeds])
-    for fault in FAULTS:
+    for fault in faults:
         # a leak is what is still there 30 s after the claims are gone (the clean runs allow 60 s)
         with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [fault], f"bench-{fault}-{os.getpid()}", args.k8s, **settings,
                               quiet_timeout=30.0) as session:
