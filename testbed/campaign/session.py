@@ -5,7 +5,7 @@
         calm = session.run(kills=0, seeds=chaos.seed_list())
 
 The cluster must already run our driver with the same `faults` (the publisher reads them at start);
-the session starts the node plugins with them too.
+the session only supervises what the cluster runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from fake_gpus.driver.faults import fault_env
 from fake_gpus.driver.identity import current_identity
 from testbed.apiretry import RetryingApiClient, retrying_client
 from testbed.campaign.kwok import KwokTarget
@@ -64,8 +63,8 @@ def session_on(backend: str, kubeconfig: Path, layout: Layout, target: Target, s
 @contextmanager
 def kwok_session(cluster, layout: Layout, faults: list[str], label: str = "kwok", progress: Callable[[str], None] = print,
                  **campaign_args) -> Iterator[Session]:
-    """Plugins and stand-in kubelet started on the KWOK `cluster`, every unit supervised; stopped afterwards."""
-    target = KwokTarget(cluster.home, cluster.kwok_dir, layout, current_identity().driver, fault_env(faults))
+    """Every unit of the KWOK `cluster` supervised for the session (its driver already runs with `faults`)."""
+    target = KwokTarget(cluster.home, cluster.kwok_dir, layout, current_identity().driver)
     try:
         units = target.start()
         with Supervisor(units) as supervisor:

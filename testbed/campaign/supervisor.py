@@ -50,8 +50,10 @@ class Unit:
     pid: int
     restarts: int = 0
     crashes: int = 0
+    external: bool = False  # restarted by someone else (a kubelet): only killed and watched here
     killed_at: float | None = None  # set by kill(), cleared by the restart
     down_since: float | None = None
+    killed_pid: int = -1
     proc: subprocess.Popen | None = None
     downtimes: list[float] = field(default_factory=list)  # kill -> new process started, seconds
 
@@ -82,9 +84,20 @@ class Unit:
         self.pid_file.write_text(f"{self.pid}\n")
 
     def is_running(self) -> bool:
+        if self.external:
+            try:
+                self.pid = int(self.pid_file.read_text().strip())
+            except (OSError, ValueError):
+                return True  # not started (on demand): nothing to wait for
+            return running(self.pid)
         if self.proc is not None:
             return self.proc.poll() is None
         return running(self.pid)
+
+    @classmethod
+    def watched(cls, name: str, kind: str, pid_file: Path) -> Unit:
+        """A unit whose process someone else starts and restarts (its pid file may not exist yet)."""
+        return cls(name, kind, pid_file, [], "", {}, None, -1, external=True)
 
 
 class Supervisor:
@@ -117,7 +130,10 @@ class Supervisor:
         """SIGKILL the unit's process; the loop restarts it."""
         with self.lock:
             unit = self.units[name]
-            unit.killed_at = time.monotonic()
+            unit.is_running()  # an external unit's current pid
+            if unit.external and unit.pid < 0:
+                return unit  # not started yet: nothing to kill
+            unit.killed_at, unit.killed_pid = time.monotonic(), unit.pid
             try:
                 os.kill(unit.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -126,7 +142,7 @@ class Supervisor:
 
     def all_running(self) -> bool:
         with self.lock:
-            return all(u.is_running() for u in self.units.values())
+            return all(u.is_running() and u.killed_at is None for u in self.units.values())
 
     def wait_running(self, timeout: float = 120.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -143,6 +159,12 @@ class Supervisor:
                     self._tend(unit)
 
     def _tend(self, unit: Unit) -> None:
+        if unit.external:
+            if unit.killed_at is not None and unit.is_running() and unit.pid != unit.killed_pid:
+                unit.restarts += 1
+                unit.downtimes.append(time.monotonic() - unit.killed_at)
+                unit.killed_at = None
+            return
         if unit.is_running():
             unit.down_since = None
             return

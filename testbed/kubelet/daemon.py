@@ -8,8 +8,8 @@ finishes has its claims unprepared (kept until no pod of the node uses them); an
 (the plugin is down) is retried every round until it succeeds. A plugin that is not up yet is
 registered as soon as its registration socket answers, and again whenever it makes that socket anew
 (a restarted plugin). A cut watch or a refused list (the apiserver restarts) is followed by a new list. A node with an on-demand plugin
-(testbed.kubelet.process.OnDemand) has it started when its first claim-holding pod arrives (and again
-if it exits); its pods wait for it without an event for START_GRACE seconds.
+(testbed.kubelet.process.OnDemand) has it started when its first claim-holding pod arrives, and again at
+once whenever it exits (the stand-in is its supervisor); its pods wait for it without an event for START_GRACE seconds.
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ class KubeletDaemon:
     sockets: dict[str, int] = field(default_factory=dict)  # node -> inode of the registration socket registered
 
     def _register(self) -> None:
+        for node, starter in self.starters.items():
+            if starter.proc is not None and starter.proc.poll() is not None:
+                # its on-demand plugin exited (killed): this process is its supervisor, so start it again now
+                self.registered.discard(node)
+                self.kubelets[node].close()
+                starter.starting()
         for node, kubelet in self.kubelets.items():
             socket = kubelet.registry_dir / f"{kubelet.driver}-reg.sock"
             current = _inode(socket)

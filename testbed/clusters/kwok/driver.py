@@ -47,7 +47,7 @@ class KwokDriver(abc.ABC):
         """Stop every process of this kind of driver at `home`; safe to call when none runs."""
 
 
-def _socket_root(home: Path) -> Path:
+def socket_root(home: Path) -> Path:
     """Short-pathed directory for our plugins' sockets (a unix socket path has at most 107 bytes)."""
     digest = hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / "dra-testbed-ours" / digest
@@ -77,7 +77,7 @@ class OurDriver(KwokDriver):
 
     def _start_kubelet(self, home: Path) -> None:
         """The stand-in kubelet, with each node's plugin to start when a pod there holds claims."""
-        library, sockets = ensure_library(), _socket_root(home)
+        library, sockets = ensure_library(), socket_root(home)
         registries, plugins = {}, {}
         for node in self._layout.nodes:
             where = sockets / hashlib.sha256(node.name.encode()).hexdigest()[:8]
@@ -97,7 +97,7 @@ class OurDriver(KwokDriver):
     def stop(cls, home: Path) -> None:
         standin.stop(home)
         launch.stop_publisher(home)
-        shutil.rmtree(_socket_root(home), ignore_errors=True)
+        shutil.rmtree(socket_root(home), ignore_errors=True)
 
 
 # kind -> module:class, imported on first use: a vendor's driver (testbed/nvidia, NVIDIA's plugin as a process
