@@ -1,5 +1,9 @@
 """A node's NVIDIA driver root: libnvidia-ml.so.<driverVersion> (+ .so.1) and nvidia-smi, as the driver installs them.
 
+nvidia-smi is the C one built with the library (fake_gpus/nvml/src/tools), a plain NVML client; the
+library copy here knows its node (it finds the state directory above the driver root when
+FAKE_NVML_STATE_DIR is unset), so running it by hand shows the node.
+
 NVIDIA's DRA driver takes `--nvidia-driver-root` and looks there for libnvidia-ml.so.1 (in
 /usr/lib/x86_64-linux-gnu and the other usual library directories) and a regular `nvidia-smi` file
 (/usr/bin, ...), loads NVML from that library and mounts both into containers through CDI.
@@ -8,27 +12,15 @@ NVIDIA's DRA driver takes `--nvidia-driver-root` and looks there for libnvidia-m
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import stat
-import sys
 from pathlib import Path
 
-from fake_gpus.nvml.build import SONAME, ensure_library
+from fake_gpus.nvml.build import SMI as SMI_BINARY, SONAME, ensure_library
 
 DRIVER_ROOT_DIR = "driver-root"
 LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
 SMI = Path("usr/bin/nvidia-smi")
-_REPO = Path(__file__).resolve().parents[2]
-
-
-def _smi_script(state_dir: Path) -> str:
-    # a stand-in until the C nvidia-smi exists: the project's fake-nvidia-smi on this node's state
-    return ("#!/bin/sh\n"
-            f": \"${{FAKE_NVML_STATE_DIR:={shlex.quote(str(state_dir))}}}\"\n"
-            "export FAKE_NVML_STATE_DIR\n"
-            f"PYTHONPATH={shlex.quote(str(_REPO))}${{PYTHONPATH:+:$PYTHONPATH}} exec {shlex.quote(sys.executable)} "
-            "-m fake_gpus.nvml.smi \"$@\"\n")
 
 
 def device_nodes(gpu_minors: list[int], mig_manager: bool = False) -> dict[str, tuple[int, int]]:
@@ -76,9 +68,11 @@ def write_driver_root(state_dir: Path, driver_version: str, gpu_minors: list[int
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(real.name)
-    smi = root / SMI
+    smi = root / SMI  # the C nvidia-smi, linked against libnvidia-ml.so.1 (its rpath finds the copy above)
     smi.parent.mkdir(parents=True, exist_ok=True)
-    smi.write_text(_smi_script(Path(state_dir)))
-    smi.chmod(0o755)
+    tmp = smi.with_name(smi.name + f".tmp.{os.getpid()}")
+    shutil.copyfile(ensure_library() / SMI_BINARY, tmp)
+    tmp.chmod(0o755)
+    os.replace(tmp, smi)
     write_device_nodes(root, gpu_minors or [])
     return root

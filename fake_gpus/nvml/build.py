@@ -1,9 +1,10 @@
-"""Build the fake libnvidia-ml.so.1 with gcc into the dra-testbed cache.
+"""Build the fake libnvidia-ml.so.1, and an nvidia-smi linked against it, with gcc into the dra-testbed cache.
 
-Inputs: the C sources in ./src, board data generated from fake_gpus.catalog (catalog_data.c) and
-nvml.h taken from the go-nvml Go module at build time (never committed). Every function nvml.h
-declares that the sources do not define gets a generated stub returning NVML_ERROR_NOT_SUPPORTED,
-because go-nvml binds symbols lazily and a missing one kills the client.
+Inputs: the C sources in ./src (./src/tools: nvidia-smi, a client of the NVML API only), board data
+generated from fake_gpus.catalog (catalog_data.c) and nvml.h taken from the go-nvml Go module at build
+time (never committed). Every function nvml.h declares that the sources do not define gets a generated
+stub returning NVML_ERROR_NOT_SUPPORTED, because go-nvml binds symbols lazily and a missing one kills
+the client.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from hostenv.goenv import go_binary, go_env
 GO_NVML_MODULE = "github.com/NVIDIA/go-nvml"
 GO_NVML_VERSION = "v0.13.4-1"
 SONAME = "libnvidia-ml.so.1"
+SMI = "nvidia-smi"
 SRC_DIR = Path(__file__).resolve().parent / "src"
-EXPORTED_EXTRA = ("fakeNvmlSetStateDir",)
+TOOLS_DIR = SRC_DIR / "tools"
+EXPORTED_EXTRA = ("fakeNvmlSetStateDir", "fakeNvmlDeviceGetTimeslice", "fakeNvmlDeviceSetTimeslice")
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 
 _DECL = re.compile(r"nvmlReturn_t\s+DECLDIR\s+(nvml\w+)\s*\(")
@@ -133,9 +136,9 @@ def _build_key(catalog_c: str) -> str:
     h = hashlib.sha256()
     h.update(f"{GO_NVML_MODULE}@{GO_NVML_VERSION}\n".encode())
     h.update(Path(__file__).read_bytes())
-    for src in sorted(SRC_DIR.iterdir()):
+    for src in sorted(SRC_DIR.rglob("*")):
         if src.is_file():
-            h.update(src.name.encode() + b"\0" + src.read_bytes())
+            h.update(str(src.relative_to(SRC_DIR)).encode() + b"\0" + src.read_bytes())
     h.update(catalog_c.encode())
     return h.hexdigest()[:16]
 
@@ -192,14 +195,20 @@ def _compile(out_dir: Path, catalog_c: str) -> None:
     _run([cc, *flags, "-c", "stubs.c", "-o", "stubs.o"], work)
     objects.append(work / "stubs.o")
     lib = out_dir / SONAME
-    _run([cc, "-shared", f"-Wl,-soname,{SONAME}", "-Wl,--no-undefined", "-o", str(lib), *map(str, objects), "-lpthread"], work)
+    _run([cc, "-shared", f"-Wl,-soname,{SONAME}", "-Wl,--no-undefined", "-o", str(lib), *map(str, objects), "-lpthread", "-ldl"], work)
     for version in _driver_versions():
         (out_dir / f"libnvidia-ml.so.{version}").symlink_to(SONAME)
     (out_dir / "libnvidia-ml.so").symlink_to(SONAME)
+    _log(f"compiling {SMI}")
+    # a client as NVIDIA's is: needs libnvidia-ml.so.1 (found beside it here, or in ../lib/x86_64-linux-gnu
+    # of a driver root and of a container that CDI gave both), nvml.h's versioned names, no fake internals
+    _run([cc, "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-format-truncation", f"-I{inc}",
+          str(TOOLS_DIR / "nvidia_smi.c"), "-o", str(out_dir / SMI), f"-L{out_dir}", f"-l:{SONAME}", "-ldl",
+          "-Wl,-rpath,$ORIGIN:$ORIGIN/../lib/x86_64-linux-gnu"], work)
 
 
 def ensure_library() -> Path:
-    """Return the directory holding libnvidia-ml.so.1 (and .so.<driverVersion>), building it if the
+    """Return the directory holding libnvidia-ml.so.1 (and .so.<driverVersion>, nvidia-smi), building it if the
     sources or the catalog changed since the last build. Safe to call from concurrent processes."""
     catalog_c = catalog_source()
     root = cache_root() / "nvml"

@@ -31,15 +31,16 @@ def nvidia_binary() -> Path:
 
 @contextmanager
 def node_factory(testbed: TestBed, binary: Path) -> Iterator[Callable[..., plugin.NodePlugin]]:
-    """make(board, count, mode, mig_layout=None) -> a fresh node of `testbed` served by NVIDIA's plugin;
-    every node made is removed, with its plugin and files, on exit."""
+    """make(board, count, mode, mig_layout=None, gates=()) -> a fresh node of `testbed` served by NVIDIA's
+    plugin (with more feature gates `gates`); every node made is removed, with its plugin and files, on exit."""
     home = Path(tempfile.mkdtemp(prefix="nv-"))
     started: list[plugin.NodePlugin] = []
 
-    def make(board: str, count: int, mode: str, mig_layout: dict[str, int] | None = None) -> plugin.NodePlugin:
+    def make(board: str, count: int, mode: str, mig_layout: dict[str, int] | None = None,
+             gates: tuple[str, ...] = ()) -> plugin.NodePlugin:
         name = f"nv-{uuid.uuid4().hex[:6]}"
         spec = NodeSpec(name, board, count, parse_mode(mode, name))
-        started.append(nodes.start_node(testbed.api, home, testbed.kubeconfig, spec, binary, mig_layout))
+        started.append(nodes.start_node(testbed.api, home, testbed.kubeconfig, spec, binary, mig_layout, gates=gates))
         return started[-1]
 
     try:
@@ -52,6 +53,6 @@ def node_factory(testbed: TestBed, binary: Path) -> Iterator[Callable[..., plugi
 
 @pytest.fixture
 def nvidia_node(testbed: TestBed, nvidia_binary: Path) -> Iterator[Callable[..., plugin.NodePlugin]]:
-    """nvidia_node(board, count, mode, mig_layout=None) -> a fresh KWOK node served by NVIDIA's plugin."""
+    """nvidia_node(board, count, mode, mig_layout=None, gates=()) -> a fresh KWOK node served by NVIDIA's plugin."""
     with node_factory(testbed, nvidia_binary) as make:
         yield make

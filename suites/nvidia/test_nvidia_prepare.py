@@ -100,3 +100,47 @@ def test_nvidia_prepares_whole_and_dynamic_mig_and_unprepare_leaks_nothing(testb
     assert not any("/gi" in f for f in capabilities.read_files(node.views.state_dir)), "capability files left behind"
     checkpoint = json.loads(node.checkpoint.read_text()) if node.checkpoint.exists() else {}
     assert all(uid not in json.dumps(checkpoint) for uid in cdi), f"unprepared claims still checkpointed: {checkpoint}"
+
+
+def _gpu_settings(state_dir, uuid: str) -> tuple[int, int]:
+    """(compute mode, time slice) of GPU `uuid` as NVML reports them (the time slice through the fake's
+    own call: real NVML has no public one)."""
+    import ctypes
+
+    import pynvml
+
+    from fake_gpus.driver.nvml_adapter import NvmlLibrary
+    from fake_gpus.nvml.build import SONAME, ensure_library
+
+    with NvmlLibrary(ensure_library() / SONAME).session(state_dir):
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        slice_ = ctypes.c_uint(99)
+        assert pynvml.nvmlLib.fakeNvmlDeviceGetTimeslice(h, ctypes.byref(slice_)) == 0
+        return pynvml.nvmlDeviceGetComputeMode(h), slice_.value
+
+
+def test_nvidia_time_slicing_runs_our_nvidia_smi(testbed, namespace, nvidia_node):
+    """With TimeSlicingSettings on, NVIDIA's plugin prepares a time-sliced GPU by running the driver root's
+    nvidia-smi (`-i UUID -c DEFAULT`, then `compute-policy -i UUID --set-timeslice 3`): the C nvidia-smi
+    does it through NVML, where the settings then show; unprepare sets the default time slice again."""
+    node = nvidia_node("h100-80gb", 1, "whole", gates=("TimeSlicingSettings=true",))
+    plugin.wait_published(testbed.api, node)
+    claim = _claim("sliced", "gpu.nvidia.com", None)
+    claim["spec"]["devices"]["config"] = [{"requests": ["r"], "opaque": {"driver": plugin.DRIVER, "parameters": {
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}}}]
+    testbed.resource.create_namespaced_resource_claim(namespace, claim)
+    testbed.core.create_namespaced_pod(namespace, _pod(node.node, ["sliced"]))
+    pod, _ = _wait_reserved(testbed, namespace, "gpu-pod")
+    uuid = state.validate_state_dir(node.views.state_dir)[0][0].uuid
+    assert _gpu_settings(node.views.state_dir, uuid) == (0, 0)
+    kubelet = StandInKubelet(node.node, plugin.DRIVER, node.plugins_dir.parent / "plugins_registry")
+    try:
+        kubelet.register()
+        kubelet.prepare_pod(testbed.api, pod)
+        assert _gpu_settings(node.views.state_dir, uuid) == (0, 3), f"plugin log: {plugin.last_log_line(node)}"
+        testbed.core.delete_namespaced_pod("gpu-pod", namespace, grace_period_seconds=0)
+        kubelet.unprepare_pod(f"{namespace}/gpu-pod")
+    finally:
+        kubelet.close()
+    assert _gpu_settings(node.views.state_dir, uuid) == (0, 0)

@@ -24,7 +24,8 @@ def nvidia_node_object(node: NodeSpec) -> dict:
 
 
 def start_node(api: client.ApiClient, cluster_home: Path, kubeconfig: Path, node: NodeSpec, binary: Path,
-               mig_layout: dict[str, int] | None = None, env: dict[str, str] | None = None) -> plugin.NodePlugin:
+               mig_layout: dict[str, int] | None = None, env: dict[str, str] | None = None,
+               gates: tuple[str, ...] = ()) -> plugin.NodePlugin:
     """Create the Node (if missing) and its hardware, and start its plugin (not waiting for its slices)."""
     try:
         client.CoreV1Api(api).create_node(body=nvidia_node_object(node))
@@ -35,7 +36,7 @@ def start_node(api: client.ApiClient, cluster_home: Path, kubeconfig: Path, node
     views = provision_node(plugin.state_dir(cluster_home, node.name), node.board, node.count, mig_layout, nvml)
     p = plugin.node_plugin(cluster_home, node.name, views)
     p.home.mkdir(parents=True, exist_ok=True)
-    plugin.start(binary, p, kubeconfig, node.mode.kind, env)
+    plugin.start(binary, p, kubeconfig, node.mode.kind, env, gates)
     return p
 
 

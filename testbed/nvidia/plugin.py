@@ -101,7 +101,8 @@ def feature_gates(mode_kind: str) -> str:
     return "DynamicMIG=true" if mode_kind == "dynamic-mig" else ""
 
 
-def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str) -> list[str]:
+def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, gates: tuple[str, ...] = ()) -> list[str]:
+    """The plugin's command line; `gates` are more of its feature gates (e.g. TimeSlicingSettings=true)."""
     assert plugin.views is not None
     root = str(plugin.views.driver_root)
     argv = [str(binary), "--node-name", plugin.node, "--kubeconfig", str(kubeconfig),
@@ -109,11 +110,12 @@ def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: s
             "--nvidia-cdi-hook-path", str(plugin.hook), "--image-name", IMAGE_NAME,
             "--kubelet-registrar-directory-path", str(plugin.registry_dir),
             "--kubelet-plugins-directory-path", str(plugin.plugins_dir)]
-    gates = feature_gates(mode_kind)
-    return argv + (["--feature-gates", gates] if gates else [])
+    every = ",".join(g for g in (feature_gates(mode_kind), *gates) if g)
+    return argv + (["--feature-gates", every] if every else [])
 
 
-def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, env: dict[str, str] | None = None) -> int:
+def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, env: dict[str, str] | None = None,
+          gates: tuple[str, ...] = ()) -> int:
     """Start the node's plugin (not waiting for it); returns its pid, which is also recorded."""
     assert plugin.views is not None
     for d in (plugin.cdi_root, plugin.plugins_dir, plugin.registry_dir):
@@ -122,7 +124,7 @@ def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, en
         plugin.hook.write_text("#!/bin/sh\nexit 0\n")
         plugin.hook.chmod(0o755)
     environment = {**os.environ, **namespace.environment(plugin.views), **(env or {})}
-    argv = namespace.wrap(plugin_argv(binary, plugin, kubeconfig, mode_kind), plugin.views)
+    argv = namespace.wrap(plugin_argv(binary, plugin, kubeconfig, mode_kind, gates), plugin.views)
     with open(plugin.log, "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
                                 start_new_session=True)  # a Ctrl-C of the caller must not cut it half-way

@@ -1,12 +1,15 @@
 /* Library life cycle, the per-node state directory and its lock, visible devices, error strings
  * and system-level queries of the fake libnvidia-ml.so.1.
  *
- * State directory (FAKE_NVML_STATE_DIR, or fakeNvmlSetStateDir; else FK_NODE_STATE_DIR if it exists,
- * where a node keeps its fake GPUs: a kind node, and every container on it, sees it there):
+ * State directory (FAKE_NVML_STATE_DIR, or fakeNvmlSetStateDir; else, for the copy in a node's driver
+ * root, that node's directory; else FK_NODE_STATE_DIR if it exists, where a node keeps its fake GPUs:
+ * a kind node, and every container on it, sees it there):
  *   gpus  "fake-nvml-gpus 1" then "gpu <index> <board-key> <minor> <GPU-uuid> <serial> <bus-id>"
  *   mig   "fake-nvml-mig 1" then "mode <gpu> <current> <pending>",
  *         "gi <gpu> <gi-id> <profile-id> <start> <size>",
  *         "ci <gpu> <gi-id> <ci-id> <profile-id> <start> <size> <MIG-uuid>"
+ *   settings  "fake-nvml-settings 1" then "compute-mode <gpu> <mode>", "timeslice <gpu> <value>" (settings.c;
+ *         absent means every GPU at its defaults)
  *   lock  flock()ed shared for reads, exclusive for read-modify-write; mig is replaced by rename.
  *   proc/driver/nvidia/capabilities/...  the instances' nvidia-caps files, rewritten with mig (caps.c).
  *
@@ -18,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -196,6 +200,10 @@ fk_ci *fk_find_ci(unsigned gpu, unsigned gi, unsigned ci) {
 
 static void fk_path(char *out, const char *name) {
     snprintf(out, PATH_MAX, "%s/%s", fk_dir, name);
+}
+
+void fk_state_path(char *out, const char *name) {
+    fk_path(out, name);
 }
 
 /* Report why the state directory was refused, one line, then return rc. */
@@ -532,8 +540,29 @@ static void fk_apply_device_nodes(void) {
 
 /* ---------------------------------------------------------------- init / shutdown */
 
+/* The node a driver root's copy of the library belongs to: <state>/driver-root/usr/lib/<triplet>/<this>
+ * (fake_gpus.machine.driver_root), so that the driver root's nvidia-smi, run by hand, shows its node as
+ * a real one shows its machine. NULL for the library anywhere else (the build cache, a container). */
+static const char *fk_own_node_dir(void) {
+    static char dir[PATH_MAX];
+    Dl_info info;
+    char path[PATH_MAX], probe[PATH_MAX + 16];
+    if (!dladdr((void *)fk_own_node_dir, &info) || !info.dli_fname || !realpath(info.dli_fname, path)) return NULL;
+    for (int up = 0; up < 5; up++) { /* file, <triplet>, lib, usr, driver-root */
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path) return NULL;
+        if (up == 4 && strcmp(slash + 1, "driver-root") != 0) return NULL;
+        *slash = '\0';
+    }
+    snprintf(probe, sizeof probe, "%s/gpus", path);
+    if (access(probe, R_OK) != 0) return NULL;
+    snprintf(dir, sizeof dir, "%s", path);
+    return dir;
+}
+
 static nvmlReturn_t fk_open_session(void) {
     const char *dir = fk_have_override ? fk_dir_override : getenv("FAKE_NVML_STATE_DIR");
+    if (!dir || !*dir) dir = fk_own_node_dir();
     fk_dir[0] = '\0';
     struct stat st;
     if ((!dir || !*dir) && stat(FK_NODE_STATE_DIR, &st) == 0 && S_ISDIR(st.st_mode)) dir = FK_NODE_STATE_DIR;

@@ -71,6 +71,7 @@ nvmlReturn_t fk_state_load(int exclusive);
 nvmlReturn_t fk_state_store(void);
 void fk_state_unlock(void);
 void fk_new_mig_uuid(char out[FK_UUID_LEN]);
+void fk_state_path(char *out, const char *name); /* <state dir>/<name> */
 
 /* nvidia-caps capability files of the MIG state under <state>/proc/driver (caps.c). */
 void fk_caps_sync(const char *state_dir);
