@@ -93,13 +93,16 @@ def parse_gpu_spec(text: str) -> tuple[str, int]:
     if board not in keys:
         raise StateError(f"--gpus {text!r}: unknown board {board!r}; valid boards: {', '.join(keys)}")
     n = int(count)
-    if n < 1:
-        raise StateError(f"--gpus {text!r}: count must be at least 1")
+    if not 1 <= n <= MAX_GPUS:
+        raise StateError(f"--gpus {text!r}: count {count.strip()[:20]}; valid: 1 to {MAX_GPUS} GPUs per node")
     return board, n
 
 
 def _gpu_records(path: Path, boards: Sequence[tuple[str, int]]) -> list[GpuRecord]:
     """Stable identities derived from the directory's absolute path, so a node keeps its UUIDs."""
+    total = sum(count for _, count in boards)
+    if total > MAX_GPUS:  # before the loop below, which a count of 10**20 would never finish
+        raise StateError(f"{path}: {total} GPUs asked for; valid: 1 to {MAX_GPUS} GPUs per node")
     records = []
     for board, count in boards:
         for _ in range(count):

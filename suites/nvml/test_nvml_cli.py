@@ -36,7 +36,9 @@ def test_env_creates_state_and_prints_exports(tmp_path, capsys, nvml_lib_dir):
 
 @pytest.mark.parametrize(
     "spec,needle",
-    [("no-such-board:2", "valid boards"), ("BOARD:0", "at least 1"), ("BOARD", "BOARD:COUNT"), ("BOARD:x", "BOARD:COUNT")],
+    [("no-such-board:2", "valid boards"), ("BOARD:0", "1 to 64"), ("BOARD", "BOARD:COUNT"), ("BOARD:x", "BOARD:COUNT"),
+     ("BOARD:99999999999999999999", "1 to 64"),  # checked before any GPU is made (it once looped for ever)
+     ("BOARD:64", "1 to 64")],  # 65 with the first --gpus
 )
 def test_env_rejects_bad_input(tmp_path, capsys, spec, needle):
     d = tmp_path / "node"
