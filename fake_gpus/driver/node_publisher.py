@@ -27,6 +27,19 @@ from fake_gpus.driver.slices import api_limits, server_minor
 
 SONAME = "libnvidia-ml.so.1"
 RETRY_SECONDS = 2.0
+REPAIR_SECONDS = 10.0  # how often the node's slices in the API are compared with what was published
+
+
+def _repair(publisher: "NodePublisher", node: str) -> None:
+    """Republish when the node's slices in the API are not the ones published: the kubelet deletes a
+    driver's slices some 30 s after its plugin went away (a restart of the driver's pod can race it),
+    and so may anyone with the rights; nothing in NVML changed, so only this notices."""
+    names = {s.metadata.name for s in publisher.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+             if s.spec.driver == publisher.identity.driver}
+    if names != set(publisher.published.get(node, (0, {}))[1]):
+        print(f"node-publisher: the slices of {node} in the API are not the ones published; publishing again", flush=True)
+        publisher.reload_published(node)
+        publisher.stamps.pop(node, None)
 
 
 class NodePublisher(Publisher):
@@ -55,7 +68,14 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) ->
     publisher.reload_published(node_name)
     publisher.nodes[node_name] = cfg
     print(f"node-publisher: publishing {node_name} ({cfg.board} x{cfg.count}, {cfg.mode.kind}) from {state_dir}", flush=True)
+    checked = time.monotonic()
     while not publisher.stop.is_set():
+        if time.monotonic() - checked > REPAIR_SECONDS:
+            checked = time.monotonic()
+            try:
+                _repair(publisher, node_name)
+            except Exception as exc:  # noqa: BLE001 - the API may be away for a moment: the next round looks again
+                print(f"node-publisher: checking published slices: {type(exc).__name__}", file=sys.stderr, flush=True)
         if _state_stamp(state_dir) != publisher.stamps.get(node_name):
             try:
                 publisher.settle(node_name, publisher.sync(cfg))
