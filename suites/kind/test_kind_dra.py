@@ -181,3 +181,23 @@ def test_fault_prepare_fails_is_caught(kind_bed, namespace, faulty_driver) -> No
                  what="pod doomed to run", timeout=30)
     events = kind_bed.core.list_namespaced_event(namespace, field_selector="involvedObject.name=doomed").items
     assert any("prepare" in (e.message or "").lower() for e in events), [e.message for e in events]
+
+
+def test_slices_deleted_behind_the_drivers_back_are_published_again(kind_bed) -> None:
+    """The kubelet deletes a driver's slices 30 s after its plugin went away (a restart can race it into
+    doing so while the new plugin runs); the node's publisher must notice and publish them again."""
+    node = kind_bed.worker("gpu-whole")
+
+    def mine():
+        return [s for s in kind_bed.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+                if s.spec.driver == IDENTITY.driver]
+
+    before = mine()
+    assert before
+    for s in before:
+        kind_bed.resource.delete_resource_slice(s.metadata.name)
+    deadline = time.monotonic() + 60
+    while not mine():
+        assert time.monotonic() < deadline, f"the slices of {node} were not published again within 60 s"
+        time.sleep(1)
+    assert sum(len(s.spec.devices or []) for s in mine()) == sum(len(s.spec.devices or []) for s in before)
