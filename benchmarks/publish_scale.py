@@ -19,7 +19,6 @@ heap profiles.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import uuid
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from fake_gpus.driver.paging import pages
 from fake_gpus.machine import launch
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.base import ClusterSpec
@@ -81,16 +81,10 @@ def check_pools(api: client.ApiClient, nodes: list[NodeSpec]) -> tuple[int, int]
     resource = client.ResourceV1Api(api)
     by_pool: dict[str, list[int]] = {}
     total = {}
-    token = None
-    while True:  # paged and undecoded: one list of every slice is gigabytes
-        page = json.loads(resource.list_resource_slice(limit=200, _continue=token, _preload_content=False).data)
-        for s in page["items"]:
-            pool = s["spec"]["pool"]
-            by_pool.setdefault(pool["name"], []).append(len(s["spec"].get("devices") or []))
-            total[pool["name"]] = pool["resourceSliceCount"]
-        token = page["metadata"].get("continue")
-        if not token:
-            break
+    for s in pages(resource.list_resource_slice):  # paged and undecoded: one list of every slice is gigabytes
+        pool = s["spec"]["pool"]
+        by_pool.setdefault(pool["name"], []).append(len(s["spec"].get("devices") or []))
+        total[pool["name"]] = pool["resourceSliceCount"]
     for node in nodes:
         assert len(by_pool.get(node.name, [])) == total.get(node.name, -1), f"pool {node.name} incomplete"
     return sum(len(by_pool[n.name]) for n in nodes), sum(sum(by_pool[n.name]) for n in nodes)

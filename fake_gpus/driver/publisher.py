@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from fake_gpus.driver.credentials import NodeTokens
 from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
+from fake_gpus.driver.paging import pages
 from fake_gpus.driver.slices import ApiLimits
 from fake_gpus.driver.stamping import StampedSlice, Stamper
 from fake_gpus.node import Mode, NodeHardware, hardware_from_labels
@@ -248,20 +249,14 @@ class Publisher:
         at that generation is left alone (no rewrite, no new generation, `found`); any other is rewritten
         at a higher generation, so generations keep increasing."""
         churn = "restart-churn" in self.faults
-        token = None
-        while True:  # paged and undecoded: a thousand nodes' slices are hundreds of MB
-            page = json.loads(self.resource.list_resource_slice(
-                field_selector=f"spec.driver={self.identity.driver}", limit=200, _continue=token, _preload_content=False).data)
-            for s in page["items"]:
-                node = s["spec"].get("nodeName") or ""
-                generation, specs = self.published.get(node, (0, {}))
-                specs[s["metadata"]["name"]] = None  # content unknown to the stamper
-                if not churn:
-                    self.found.setdefault(node, {})[s["metadata"]["name"]] = spec_digest(s["spec"])
-                self.published[node] = (max(generation, s["spec"]["pool"]["generation"]), specs)
-            token = page["metadata"].get("continue")
-            if not token:
-                break
+        # paged and undecoded: a thousand nodes' slices are hundreds of MB
+        for s in pages(self.resource.list_resource_slice, field_selector=f"spec.driver={self.identity.driver}"):
+            node = s["spec"].get("nodeName") or ""
+            generation, specs = self.published.get(node, (0, {}))
+            specs[s["metadata"]["name"]] = None  # content unknown to the stamper
+            if not churn:
+                self.found.setdefault(node, {})[s["metadata"]["name"]] = spec_digest(s["spec"])
+            self.published[node] = (max(generation, s["spec"]["pool"]["generation"]), specs)
 
     def add(self, node) -> list[Future]:
         cfg = node_config(node)
