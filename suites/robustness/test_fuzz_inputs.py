@@ -399,11 +399,13 @@ def test_every_generated_workload_passes_the_bundle_schema(data) -> None:
     """What a failing property writes into steps.json is never refused by the check that replay runs."""
     from testbed.workloads.bundle_schema import check_steps
     from testbed.workloads.model import SharedClaim
+    from testbed.workloads.steps import AddShared, Arrive, Depart, Released, from_json
     from testbed.workloads.strategies import arrivals_and_departures, claim_specs
 
     shared = SharedClaim("shared-0", data.draw(claim_specs(admin=True)))
-    steps = [{"op": "shared", "claim": shared.name, "spec": shared.spec.describe()}]
+    steps = [AddShared(shared)]
     for op, item in data.draw(arrivals_and_departures(shared=(shared.name,), admin=True)):
-        steps.append({"op": "arrive", "pod": item.describe()} if op == "arrive" else {"op": "depart", "pod": item})
-    steps.append({"op": "released", "node": "h100-0"})
-    check_steps(json.loads(json.dumps(steps)))  # as read back from the file
+        steps.append(Arrive(item) if op == "arrive" else Depart(item))
+    steps.append(Released("h100-0"))
+    written = json.loads(json.dumps([step.to_json() for step in steps]))  # as read back from the file
+    assert [from_json(step) for step in check_steps(written)] == steps

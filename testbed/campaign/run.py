@@ -32,6 +32,7 @@ from testbed.workloads.machine import allocation_machine
 from testbed.workloads.observe import Snapshot, observe_claims
 from testbed.workloads.oracle import check_usage
 from testbed.workloads.runner import BOUND_ENV, PropertyFailure
+from testbed.workloads.steps import Arrive
 from testbed.workloads.strategies import churn_claim_specs, churn_pod_specs
 from testbed.workloads.truth import physical_violations
 
@@ -225,10 +226,10 @@ class Campaign:
                 try:
                     campaign._wait_prepared(self.runner.namespace)
                 finally:
-                    workloads.append(json.dumps(self.runner.steps, sort_keys=True))
-                    arrivals = [s["pod"] for s in self.runner.steps if s["op"] == "arrive"]
+                    workloads.append(json.dumps([s.to_json() for s in self.runner.steps], sort_keys=True))
+                    arrivals = [s.pod for s in self.runner.steps if isinstance(s, Arrive)]
                     campaign._count("pods", len(arrivals))
-                    campaign._count("claims", sum(len(p["claims"]) for p in arrivals))
+                    campaign._count("claims", sum(len(p.claims) for p in arrivals))
                     super().teardown()
                 found = campaign.leftovers()
                 if found.total:

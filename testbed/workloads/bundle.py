@@ -18,6 +18,7 @@ import yaml
 
 from testbed.clusters.layout import Layout, load_layout
 from testbed.workloads.bundle_schema import check_context, check_steps, read_json
+from testbed.workloads.steps import Step, from_json
 
 BUNDLE_ROOT_ENV = "DRA_TESTBED_BUNDLES"
 # 2: MIG device names as NVIDIA's driver gives them (gpu-<minor>-mig-<profile>-<profile id>-<start>);
@@ -49,7 +50,7 @@ def layout_from_nodes(core) -> Layout:
     return Layout(tuple(sorted(nodes, key=lambda n: n.name)), name="observed")
 
 
-def write_bundle(directory: Path, *, layout_yaml: str, steps: list[dict], manifests: list[dict], violations: list[dict],
+def write_bundle(directory: Path, *, layout_yaml: str, steps: list[Step], manifests: list[dict], violations: list[dict],
                  observed: dict, context: dict) -> Path:
     """Replace `directory` with a bundle of this failure (the last failure wins: Hypothesis replays the
     shrunk example last, so that is what stays)."""
@@ -57,7 +58,7 @@ def write_bundle(directory: Path, *, layout_yaml: str, steps: list[dict], manife
     tmp.mkdir(parents=True)
     (tmp / "bundle.json").write_text(json.dumps({"format": FORMAT}) + "\n")
     (tmp / "layout.yaml").write_text(layout_yaml)
-    (tmp / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
+    (tmp / "steps.json").write_text(json.dumps([step.to_json() for step in steps], indent=2) + "\n")
     (tmp / "manifests.yaml").write_text(yaml.safe_dump_all(manifests, sort_keys=False))
     (tmp / "violations.json").write_text(json.dumps(violations, indent=2, default=str) + "\n")
     (tmp / "observed.json").write_text(json.dumps(observed, indent=1, default=str) + "\n")
@@ -68,7 +69,7 @@ def write_bundle(directory: Path, *, layout_yaml: str, steps: list[dict], manife
     return directory
 
 
-def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
+def load_bundle(directory: Path) -> tuple[Layout, list[Step], dict]:
     """Layout, steps and context of a bundle, each checked before anything starts; ValueError (one line)
     naming the file and the problem."""
     for name in ("layout.yaml", "steps.json"):
@@ -81,7 +82,7 @@ def load_bundle(directory: Path) -> tuple[Layout, list[dict], dict]:
                          "only (MIG devices were renamed as NVIDIA's driver names them): record the failure again")
     context = check_context(read_json(directory / "context.json", {}), str(directory / "context.json"))
     steps = check_steps(read_json(directory / "steps.json"), str(directory / "steps.json"))
-    return load_layout(directory / "layout.yaml"), steps, context
+    return load_layout(directory / "layout.yaml"), [from_json(step) for step in steps], context
 
 
 def bundle_format(directory: Path) -> int:

@@ -1,6 +1,7 @@
 """Drive a workload on a live cluster, one step at a time, and check every step against the oracle.
 
-Each runner owns one namespace (so examples can share a cluster) and records its steps; when a check
+Each runner owns one namespace (so examples can share a cluster) and records its steps (`steps.py`);
+it observes and waits, the checks themselves are the pure functions of `properties.py`. When a check
 fails it writes a replay bundle before raising. Between steps the cluster is quiescent: arrivals wait
 until the pod is scheduled or rejected, departures until the pod's claims are released, and pending
 pods that the model says now fit are waited for (liveness) before the next step.
@@ -8,38 +9,27 @@ pods that the model says now fit are waited for (liveness) before the next step.
 
 from __future__ import annotations
 
-import inspect
-import json
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-import urllib3
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.identity import DriverIdentity, current_identity
 from testbed.namespaces import create_namespace
-from testbed.waiting import WaitTimeout, wait_for
+from testbed.waiting import WaitTimeout, wait_for, wait_for_all
+from testbed.workloads import properties
 from testbed.workloads.bundle import write_bundle
 from testbed.workloads.devices import Inventory
-from testbed.workloads.observe import ObservedClaim, Snapshot, observe_claims
-from testbed.workloads.truth import physical_violations, true_device
 from testbed.workloads.model import ADMIN_NAMESPACE_LABEL, ClaimSpec, PodClaim, PodSpec, Request, SharedClaim, SubRequest
-from testbed.workloads.oracle import (
-    ModelTooLarge,
-    Solution,
-    Usage,
-    Violation,
-    check_claim,
-    check_classes,
-    check_usage,
-    class_selectors,
-    feasible_nodes,
-)
+from testbed.workloads.observe import Snapshot, observe_claims
+from testbed.workloads.oracle import ModelTooLarge, Solution, Usage, Violation, check_classes, class_selectors, feasible_nodes
+from testbed.workloads.properties import PodView, World
+from testbed.workloads.steps import AddShared, Arrive, Depart, Released, Step
+from testbed.workloads.truth import true_device
 
 BOUND_ENV = "DRA_TESTBED_SCHEDULE_BOUND"
 DEFAULT_BOUND = 30.0  # seconds the scheduler gets to place a pod the model says fits
@@ -70,7 +60,7 @@ class Runner:
     namespace: str = field(default_factory=lambda: f"prop-{uuid.uuid4().hex[:10]}")
     pods: dict[str, PodSpec] = field(default_factory=dict)
     shared: dict[str, SharedClaim] = field(default_factory=dict)
-    steps: list[dict] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     # pods the model could not decide (too large a search): completeness is not claimed for them
     undecided: set[str] = field(default_factory=set)
     context: dict = field(default_factory=dict)  # extra facts for the bundle (faults, seed, ...)
@@ -111,41 +101,24 @@ class Runner:
 
     def _await(self, list_func: Callable, done: Callable[[dict], bool], timeout: float, *, name: str | None = None,
                what: str = "condition") -> dict:
-        """List, then watch, our namespace's objects of `list_func` until `done(objects by name)` holds."""
-        selector = {"field_selector": f"metadata.name={name}"} if name else {}
-        deadline = time.monotonic() + timeout
-        while True:
-            listing = list_func(self.namespace, **selector)
-            objects = {i.metadata.name: i for i in listing.items}
-            if done(objects):
-                return objects
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what} in {self.namespace}; left: {sorted(objects)}")
-            # the client derives the item type from the list type's name, which fails for ResourceClaim: name it
-            stream = watch.Watch(return_type=_item_type(list_func))
-            try:
-                for event in stream.stream(list_func, self.namespace, **selector, resource_version=listing.metadata.resource_version,
-                                           timeout_seconds=max(1, int(remaining))):
-                    obj = event["object"]
-                    if event["type"] == "DELETED":
-                        objects.pop(obj.metadata.name, None)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        objects[obj.metadata.name] = obj
-                    if done(objects):
-                        return objects
-            except ApiException as exc:
-                if exc.status != 410:
-                    raise
-            except urllib3.exceptions.HTTPError:
-                pass  # the watch was cut (an apiserver restart): list again
-            finally:
-                stream.stop()
+        """Our namespace's objects of `list_func` once `done(objects by name)` holds."""
+        return wait_for_all(list_func, done, namespace=self.namespace, name=name, timeout=timeout, what=f"{what} in {self.namespace}")
 
     # --- observation --------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         return Snapshot(Inventory.from_api(self.resource), observe_claims(self.resource))
+
+    def world(self, snap: Snapshot | None = None) -> World:
+        """The namespace's pods with `snap` (or a new snapshot): what the property checks judge."""
+        snap = snap or self.snapshot()
+        pods = {}
+        for pod in self.core.list_namespaced_pod(self.namespace).items:
+            name = pod.metadata.name
+            claims = {c.name: c.shared for c in self.pods[name].claims if c.shared} if name in self.pods else {}
+            claims.update({s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or [] if s.resource_claim_name})
+            pods[name] = PodView(name, pod.spec.node_name, claims, _condition(pod))
+        return World(self.namespace, snap, pods)
 
     def _pod_claims(self, pod_name: str) -> dict[str, str]:
         """Pod claim name -> ResourceClaim name, for the claims that exist so far."""
@@ -162,10 +135,6 @@ class Runner:
                 names[status.name] = status.resource_claim_name
         return names
 
-    def _spec_of(self, pod: PodSpec, pod_claim: str) -> ClaimSpec:
-        entry = next(c for c in pod.claims if c.name == pod_claim)
-        return entry.template if entry.template is not None else self.shared[entry.shared].spec
-
     def _pending_claims(self, pod: PodSpec, snap: Snapshot) -> tuple[list[ClaimSpec], list[str] | None]:
         """The pod's claims still to allocate (pod order) and the nodes allowed by already allocated ones."""
         claims, pinned = [], None
@@ -175,7 +144,7 @@ class Runner:
                 node = observed.node
                 pinned = [node] if pinned is None or pinned == [node] else []
             else:
-                claims.append(self._spec_of(pod, entry.name))
+                claims.append(properties.claim_spec(pod, entry.name, self.shared))
         if pod.node:
             pinned = [pod.node] if pinned is None or pod.node in pinned else []
         return claims, pinned
@@ -193,39 +162,7 @@ class Runner:
 
     def soundness(self, snap: Snapshot) -> list[Violation]:
         """Every allocation of ours satisfies its claim on its pod's node; nothing over-committed anywhere."""
-        problems = check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
-        pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
-        for name, spec in self.pods.items():
-            pod = pods.get(name)
-            if pod is None:
-                continue
-            for pod_claim, claim_name in self._pod_claims(name).items():
-                observed = snap.claim(self.namespace, claim_name)
-                if observed is None or not observed.results:
-                    if pod.spec.node_name:
-                        problems.append(Violation("soundness", f"pod {name} is bound to {pod.spec.node_name} but claim {claim_name} is not allocated"))
-                    continue
-                claim = self._spec_of(spec, pod_claim)
-                node = observed.node
-                if pod.spec.node_name and node != pod.spec.node_name:
-                    problems.append(Violation("soundness", f"claim {claim_name} is allocated on {node}, its pod {name} runs on {pod.spec.node_name}",
-                                              pod.spec.node_name, node))
-                problems += check_claim(snap.inventory, claim, observed.results, node, self.classes, observed.owner, true_device)
-                problems += self._config_copied(claim, observed)
-        return problems
-
-    def _config_copied(self, claim: ClaimSpec, observed: ObservedClaim) -> list[Violation]:
-        """Every config entry of the claim reaches the allocation, and nothing else does.
-
-        Compared as sets: the 1.34 allocator appends an entry once per request it names, so an entry
-        naming two requests appears twice (harmless for a driver that applies it per request).
-        """
-        wanted = [dict(ClaimSpec.config_entry(n, p, self.identity.driver), source="FromClaim") for n, p in claim.config]
-        got = [c for c in observed.config if c.get("source") == "FromClaim"]
-        key = lambda e: (tuple(sorted(e.get("requests") or [])), e["opaque"]["driver"], json.dumps(e["opaque"]["parameters"], sort_keys=True))  # noqa: E731
-        if {key(e) for e in wanted} != {key(e) for e in got}:
-            return [Violation("soundness", f"{observed.owner}: claim config not carried into the allocation", wanted, got)]
-        return []
+        return properties.soundness(self.world(snap), self.pods, self.shared, self.classes, self.identity.driver, true_device)
 
     def fail_if(self, problems: list[Violation], snap: Snapshot | None = None) -> None:
         if not problems:
@@ -259,13 +196,13 @@ class Runner:
 
     def add_shared(self, claim: SharedClaim) -> None:
         """Create a standalone claim that pods may reference (allocated with its first pod)."""
-        self.steps.append({"op": "shared", "claim": claim.name, "spec": claim.spec.describe()})
+        self.steps.append(AddShared(claim))
         self.resource.create_namespaced_resource_claim(self.namespace, claim.manifest(self.identity.driver))
         self.shared[claim.name] = claim
 
     def arrive(self, pod: PodSpec) -> bool:
         """Create the pod; check completeness, soundness and fallback. Returns whether it got scheduled."""
-        self.steps.append({"op": "arrive", "pod": pod.describe()})
+        self.steps.append(Arrive(pod))
         before = self.snapshot()
         self.pods[pod.name] = pod
         expected = self.expected_nodes(pod, before)
@@ -285,50 +222,25 @@ class Runner:
             if not fits:
                 raise  # the scheduler never even answered: an infrastructure problem, not a property
             observed = self.core.read_namespaced_pod(pod.name, self.namespace)
-            self.fail_if([Violation("completeness", f"pod {pod.name} fits on {sorted(expected)} per the model but was not scheduled within {self.bound:.0f}s",
-                                    sorted(expected), _condition(observed) or str(exc))])
+            self.fail_if(properties.completeness(pod.name, expected, False, self.bound, _condition(observed) or str(exc)))  # the wait ran out
         after = self.snapshot()
         problems = self.soundness(after)
         node = observed.spec.node_name
         if node and expected is not None:
-            if node not in expected:
-                problems.append(Violation("soundness", f"pod {pod.name} was placed on {node}, where the model finds no room",
-                                          sorted(expected), node))
-            else:
-                problems += self._fallback(pod, before, after, expected[node], node)
+            problems += properties.placement(pod.name, node, expected) or self._fallback(pod, before, after, expected[node], node)
         self._count("scheduled" if node else "rejected")
         self.fail_if(problems, after)
         return bool(node)
 
     def _fallback(self, pod: PodSpec, before: Snapshot, after: Snapshot, solution: Solution, node: str) -> list[Violation]:
         """The chosen firstAvailable alternatives are the ones the model's search picks first on that node."""
-        ours = set(self._pod_claims(pod.name).values())
-        changed = {c.owner for c in after.allocated()} ^ {c.owner for c in before.allocated()}
-        if changed - {f"{self.namespace}/{n}" for n in ours}:
-            self._count("fallback-skipped")
-            return []  # something else moved concurrently: the node's state at decision time is unknown
-        claims = [(entry, self._pod_claims(pod.name).get(entry.name)) for entry in pod.claims]
-        to_allocate = [(entry, name) for entry, name in claims
-                       if not (entry.shared and (before.claim(self.namespace, entry.shared) or _EMPTY).results)]
-        problems = []
-        self._count("fallback-checked")
-        for (entry, name), expected_choice in zip(to_allocate, solution.choices):
-            observed = after.claim(self.namespace, name)
-            spec = self._spec_of(pod, entry.name)
-            chosen = []
-            for request in spec.requests:
-                names = {r.request for r in observed.results if r.request.split("/", 1)[0] == request.name}
-                index = next((i for i in range(len(request.alternatives)) if request.result_name(i) in names), -1)
-                chosen.append(index)
-            if tuple(chosen) != tuple(expected_choice):
-                labels = lambda choice: [spec.requests[i].result_name(c) if c >= 0 else None for i, c in enumerate(choice)]  # noqa: E731
-                problems.append(Violation("fallback", f"claim {name} on {node}: the first feasible alternatives were not chosen",
-                                          labels(expected_choice), labels(chosen)))
-        return problems
+        problems = properties.fallback(pod, self._pod_claims(pod.name), self.namespace, self.shared, before, after, solution, node)
+        self._count("fallback-skipped" if problems is None else "fallback-checked")
+        return problems or []
 
     def depart(self, pod_name: str) -> None:
         """Delete the pod; wait until its claims are released; then wait for pods that now fit (liveness)."""
-        self.steps.append({"op": "depart", "pod": pod_name})
+        self.steps.append(Depart(pod_name))
         claims = self._pod_claims(pod_name)
         spec = self.pods.pop(pod_name)
         self.core.delete_namespaced_pod(pod_name, self.namespace, grace_period_seconds=0)
@@ -365,8 +277,7 @@ class Runner:
                             lambda objects: any(objects[n].spec.node_name for n in pending if n in objects),
                             self.bound, what="a pending pod to be scheduled")
             except WaitTimeout:
-                self.fail_if([Violation("liveness", f"pending pods fit per the model but none was scheduled within {self.bound:.0f}s",
-                                        fitting, {n: _condition(pods[n]) for n in fitting})], snap)
+                self.fail_if(properties.liveness(fitting, {n: _condition(pods[n]) for n in fitting}, self.bound), snap)
 
     def _count(self, key: str) -> None:
         self.stats[key] = self.stats.get(key, 0) + 1
@@ -374,19 +285,9 @@ class Runner:
     def check_released(self, node: str) -> None:
         """Repartitioning: with nothing of ours left on `node`, its counters are whole again and every GPU
         can be taken as a full GPU at once."""
-        self.steps.append({"op": "released", "node": node})
+        self.steps.append(Released(node))
         snap = self.snapshot()
-        devices = {d.id for d in snap.inventory.on_node(node)}
-        held = [(c.owner, str(r.device)) for c in snap.allocated() for r in c.results if r.device in devices]
-        problems = []
-        if held:
-            problems.append(Violation("repartitioning", f"{node}: devices still allocated after every pod released them", [], held))
-        usage = Usage.of(snap.inventory, snap.allocations())
-        for counter_set, consumed in usage.consumed.items():
-            if counter_set.pool == node and any(consumed.values()):
-                problems.append(Violation("repartitioning", f"{counter_set}: counters still consumed after release",
-                                          0, {k: str(v) for k, v in consumed.items() if v}))
-        self.fail_if(problems, snap)
+        self.fail_if(properties.released(snap, node), snap)
         gpus = sum(1 for d in snap.inventory.on_node(node) if d.attribute("type") == "gpu")
         if not gpus:
             return
@@ -401,26 +302,19 @@ class Runner:
 
     # --- replay -------------------------------------------------------------------------------------
 
-    def run_steps(self, steps: Iterable[dict]) -> None:
+    def run_steps(self, steps: Iterable[Step]) -> None:
         """Re-run recorded steps (a bundle's `steps`)."""
         for step in steps:
-            if step["op"] == "shared":
-                self.add_shared(SharedClaim(step["claim"], ClaimSpec.from_description(step["spec"])))
-            elif step["op"] == "arrive":
-                self.arrive(PodSpec.from_description(step["pod"]))
-            elif step["op"] == "depart":
-                self.depart(step["pod"])
-            elif step["op"] == "released":
-                self.check_released(step["node"])
+            if isinstance(step, AddShared):
+                self.add_shared(step.claim)
+            elif isinstance(step, Arrive):
+                self.arrive(step.pod)
+            elif isinstance(step, Depart):
+                self.depart(step.pod)
+            elif isinstance(step, Released):
+                self.check_released(step.node)
             else:
-                raise ValueError(f"unknown step {step['op']!r}")
-
-
-class _Empty:
-    results: list = []
-
-
-_EMPTY = _Empty()
+                raise ValueError(f"unknown step {step!r}")
 
 
 def _scheduled(pod) -> bool:
@@ -441,10 +335,3 @@ def _condition(pod) -> str | None:
 
 def _reserved_for(claim) -> list[str]:
     return [r.name for r in (claim.status.reserved_for or [])] if claim.status else []
-
-
-def _item_type(list_func: Callable) -> str:
-    """The model class name of one item of what `list_func` lists (e.g. ResourceV1ResourceClaim)."""
-    list_type = inspect.signature(list_func).return_annotation
-    items = list_type.openapi_types["items"]
-    return items[items.index("[") + 1:-1]
