@@ -26,6 +26,7 @@ from testbed.clusters.registry import cluster_for
 from testbed.conformance.subject import Subject
 
 QUIET = 3.0  # seconds without a slice change that count as settled
+KUBELET_WIPE_DELAY = 30.0  # pkg/kubelet/cm/dra: a gone plugin's slices are deleted after this long
 SETTLE_LIMIT = 60.0
 
 
@@ -134,11 +135,25 @@ def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
     workload = ensure_workload_image()
     cluster.load_images(workload, workers_only=True)
     api = cluster.api_client()
+    nodes = [n.name for n in _kind_layout(api, layout).nodes]
+
+    def settled(action):
+        """`action`, then past the kubelet's wipe of a gone plugin's slices (30 s after it went, unless it
+        was usable again by then) and until every node publishes again: what happens to the slices meanwhile
+        is stable-restart's finding, the checks after it get a published driver."""
+        def run() -> None:
+            action()
+            time.sleep(KUBELET_WIPE_DELAY + 5)
+            deadline = time.monotonic() + SETTLE_LIMIT  # a node left without slices is the checks' finding
+            while not set(nodes) <= {s["spec"].get("nodeName") for s in subject.slices()} and time.monotonic() < deadline:
+                time.sleep(1)
+        return run
+
     subject = Subject(api, driver, "kind", _kind_layout(api, layout), workload_image=workload,
-                      restart_driver=lambda: driver_control.restart_pods(api),
-                      roll_driver=lambda: driver_control.roll_out(api),
+                      restart_driver=settled(lambda: driver_control.restart_pods(api)),
+                      roll_driver=settled(lambda: driver_control.roll_out(api)),
                       pause_driver=lambda: driver_control.paused(api))
-    wait_published(subject, [n.name for n in subject.layout.nodes])
+    wait_published(subject, nodes)
     return subject
 
 
