@@ -8,6 +8,7 @@ the cluster is quiet; a device prepared for two claims at once is a double alloc
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,10 +45,16 @@ class Leaks:
 
 def read_instances(state_dir: Path) -> list[tuple[str, int, int]]:
     """(GPU uuid, start, size) of every GPU instance in a fake NVML state directory."""
-    try:
-        gpus, mig = validate_state_dir(state_dir)
-    except StateError:
-        return []  # mid-rewrite or not made yet: nothing to judge now
+    if not (state_dir / "gpus").exists():
+        return []  # not provisioned yet
+    for attempt in range(20):
+        try:
+            gpus, mig = validate_state_dir(state_dir)
+            break
+        except StateError:
+            if attempt == 19:
+                raise  # never read as empty: an unreadable state would hide every leak
+            time.sleep(0.05)  # read between two writes of a rewrite: read again
     uuids = {g.index: g.uuid for g in gpus}
     return [(uuids.get(gi.gpu, str(gi.gpu)), gi.start, gi.size) for gi in mig.gpu_instances]
 
