@@ -40,13 +40,27 @@ def e2e(session: nox.Session) -> None:
     """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it; ends with
     a table of what was proved and writes reports/e2e/junit.xml and reports/e2e/report.html."""
     _prepare(session)
-    env = {}
-    if DRIVER == "nvidia" and not os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):
-        env["DRA_TESTBED_NVIDIA_PLUGIN"] = session.run("python", "-m", "testbed.nvidia.build", silent=True).strip().splitlines()[-1]
+    env = _nvidia_plugin_env(session) if DRIVER == "nvidia" else {}
     session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, "--backend", BACKEND, "--driver", DRIVER,
                 "-p", "testbed.proofs", "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
                 "--proof-title", f"end-to-end on the default test bed ({BACKEND}, Kubernetes {K8S}, driver {DRIVER})",
                 *session.posargs, env=env)
+
+
+def _nvidia_plugin_env(session: nox.Session) -> dict[str, str]:
+    """$DRA_TESTBED_NVIDIA_PLUGIN, built from the pinned commit when the environment names none."""
+    if os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):
+        return {}
+    return {"DRA_TESTBED_NVIDIA_PLUGIN": session.run("python", "-m", "testbed.nvidia.build", silent=True).strip().splitlines()[-1]}
+
+
+@nox.session(name="properties-nvidia")
+def properties_nvidia(session: nox.Session) -> None:
+    """The property machines on NVIDIA's own slices at the Hypothesis profile's settings (`nox -s tests` runs a
+    smoke of them): suites/properties/test_nvidia_slices.py with $DRA_TESTBED_NVIDIA_PROPERTIES=full."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/properties/test_nvidia_slices.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
+                env={"DRA_TESTBED_NVIDIA_PROPERTIES": "full", **_nvidia_plugin_env(session)})
 
 
 @nox.session(name="nvidia-plugin")

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from kubernetes import client, config
 
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.workloads.bundle import default_root, layout_from_nodes, layout_yaml
 
@@ -66,12 +67,13 @@ class PropertyBed:
     brought_up: bool = True  # False: the --kubeconfig cluster, whose layout is whatever it has
 
 
-def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: dict[str, str] | None = None) -> Iterator[PropertyBed]:
-    """A fresh cluster of `layout` from the `bed` factory (or the --kubeconfig cluster); `env` reaches the
-    driver (faults)."""
+def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: dict[str, str] | None = None,
+             driver: DriverSpec | None = None, attempts: int = 1) -> Iterator[PropertyBed]:
+    """A fresh cluster of `layout` from the `bed` factory (or the --kubeconfig cluster) running `driver`
+    (ours by default), tried `attempts` times; `env` reaches the driver (faults)."""
     opts = request.config.option
     bundles = default_root() / label
-    if opts.kubeconfig and env is None:
+    if opts.kubeconfig and env is None and driver is None:
         api = config.new_client_from_config(config_file=opts.kubeconfig)
         try:
             observed = layout_from_nodes(client.CoreV1Api(api))
@@ -79,7 +81,7 @@ def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: di
         finally:
             api.close()
         return
-    with request.getfixturevalue("bed")(layout, env=env, label=f"prop-{label}") as testbed:
+    with request.getfixturevalue("bed")(layout, driver, env=env, label=f"prop-{label}", attempts=attempts) as testbed:
         yield PropertyBed(testbed.api, layout, layout_yaml(layout), bundles)
 
 
