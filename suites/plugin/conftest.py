@@ -298,6 +298,19 @@ def cdi_env(spec: dict, device_id: str) -> dict[str, str]:
     return dict(e.split("=", 1) for e in device["containerEdits"]["env"])
 
 
+def device_nodes(spec: dict, device_id: str) -> set[str]:
+    """Paths of the device nodes the CDI device `vendor/class=name` gives a container."""
+    (device,) = [d for d in spec["devices"] if f"{spec['kind']}={d['name']}" == device_id]
+    return {n["path"] for n in device["containerEdits"].get("deviceNodes", [])}
+
+
+def mig_instances_raw(state_dir) -> list[tuple[int, int]]:
+    """(GPU instance id, compute instance id) of every compute instance in the node's NVML state."""
+    from fake_gpus.nvml.state import validate_state_dir
+
+    return [(ci.gi, ci.id) for ci in validate_state_dir(state_dir)[1].compute_instances]
+
+
 def container_view(spec: dict, device_id: str) -> list:
     """What nvidia-ml-py shows inside a container given this CDI device: GPUs with their MIG devices."""
     return run_nvml(VIEW, cdi_env(spec, device_id))

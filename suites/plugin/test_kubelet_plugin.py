@@ -11,8 +11,9 @@ import json
 import grpc
 import pytest
 
-from conftest import DRIVER, NODE, VIEW, cdi_env, container_env, container_view, run_nvml
+from conftest import DRIVER, NODE, VIEW, cdi_env, container_env, container_view, device_nodes, mig_instances_raw, run_nvml
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId
+from fake_gpus.nvml.capabilities import caps_minor
 
 pytestmark = pytest.mark.cluster
 
@@ -62,6 +63,11 @@ def test_dynamic_mig_prepare_creates_the_instance_at_its_placement_and_unprepare
     # a container given this CDI device sees exactly that one MIG device, on GPU 0
     view = container_view(spec, cdi_id)
     assert [(g["minor"], g["migs"]) for g in view] == [(0, [env["NVIDIA_VISIBLE_DEVICES"]])]
+    # in a real container the device nodes decide (the fake NVML's view there): GPU 0 and its instances' caps
+    (gi,) = mig_instances_raw(state_dir)
+    assert device_nodes(spec, cdi_id) >= {"/dev/nvidia0", "/dev/nvidiactl", f"/dev/nvidia-caps/nvidia-cap{caps_minor(0, gi[0])}",
+                                          f"/dev/nvidia-caps/nvidia-cap{caps_minor(0, gi[0], gi[1])}"}
+    assert not any(n.startswith("/dev/nvidia1") for n in device_nodes(spec, cdi_id))
 
     assert k.unprepare([claim]).claims[claim.uid].error == ""
     assert mig_instances(state_dir) == []
@@ -87,6 +93,8 @@ def test_whole_gpu_prepare_exposes_only_that_gpu(start_plugin, state_dir, kubele
     (device,) = prepared_devices(k.prepare([claim]), claim)
     view = container_view(read_spec(plugin), device.cdi_device_ids[0])
     assert [(g["minor"], g["migs"]) for g in view] == [(1, [])]
+    nodes = device_nodes(read_spec(plugin), device.cdi_device_ids[0])
+    assert "/dev/nvidia1" in nodes and "/dev/nvidia0" not in nodes and not any("nvidia-caps" in n for n in nodes), nodes
     assert mig_instances(state_dir) == []
     assert k.unprepare([claim]).claims[claim.uid].error == ""
     assert spec_files(plugin) == []

@@ -13,10 +13,12 @@ from typing import Callable
 import grpc
 import pytest
 
-from conftest import cdi_env, container_view
+from conftest import cdi_env, container_view, device_nodes
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
 from fake_gpus.machine.provision import provision
 from fake_gpus.node import NodeHardware
+from fake_gpus.nvml.capabilities import caps_minor
+from fake_gpus.nvml.state import validate_state_dir
 
 pytestmark = pytest.mark.cluster
 
@@ -58,6 +60,11 @@ def check_container_sees_its_device(k, claim, plugin, mig_instances, state_dir, 
     # exactly one GPU visible, and through it exactly one MIG device: the one allocated
     assert len(view) == 1 and len(view[0]["migs"]) == 1, f"container sees {view}"
     assert cdi_env(spec, cdi_id)["NVIDIA_VISIBLE_DEVICES"] == view[0]["migs"][0], f"container sees {view}"
+    # in a real container the device nodes decide: exactly the caps nodes of that MIG device
+    (ci,) = [c for c in validate_state_dir(state_dir)[1].compute_instances if c.uuid == view[0]["migs"][0]]
+    caps = {f"/dev/nvidia-caps/nvidia-cap{caps_minor(view[0]['minor'], ci.gi, i)}" for i in (None, ci.id)}
+    nodes = device_nodes(spec, cdi_id)
+    assert {n for n in nodes if "nvidia-caps" in n} == caps and f"/dev/nvidia{view[0]['minor']}" in nodes, f"container sees nodes {nodes}"
 
 
 # fault -> (check, what its failure message must say: the check fails for the fault's reason)

@@ -67,8 +67,27 @@ def visibility_variable(claim_uid: str, device_name: str) -> str:
     return "FAKE_NVML_VISIBLE_" + re.sub(r"[^A-Z0-9]", "_", cdi_device_name(claim_uid, device_name).upper())
 
 
-def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str]], mounts: FakeNvmlMounts) -> dict:
-    """The spec of a claim; `devices` are (device name, the UUIDs a container using it must see)."""
+@dataclass(frozen=True)
+class DeviceNodes:
+    """The device nodes a container using a device gets, as a real GPU driver hands them out: the GPU's
+    /dev/nvidia<minor> and, for a MIG device, the nvidia-caps nodes of its GPU and compute instance. In
+    a container the fake NVML shows exactly what these open (the FAKE_NVML_VISIBLE_* variables only
+    narrow plain processes that are handed the spec's environment)."""
+
+    gpu_minors: tuple[int, ...]
+    caps_minors: tuple[int, ...] = ()
+
+    def edits(self) -> list[dict]:
+        from fake_gpus.machine.procfs import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
+
+        nodes = [(f"/dev/nvidia{m}", NVIDIA_MAJOR, m) for m in self.gpu_minors]
+        nodes += [("/dev/nvidiactl", NVIDIA_MAJOR, 255), ("/dev/nvidia-uvm", NVIDIA_UVM_MAJOR, 0), ("/dev/nvidia-uvm-tools", NVIDIA_UVM_MAJOR, 1)]
+        nodes += [(f"/dev/nvidia-caps/nvidia-cap{m}", NVIDIA_CAPS_MAJOR, m) for m in self.caps_minors]
+        return [{"path": path, "type": "c", "major": major, "minor": minor, "permissions": "rw"} for path, major, minor in nodes]
+
+
+def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str, DeviceNodes]], mounts: FakeNvmlMounts) -> dict:
+    """The spec of a claim; `devices` are (device name, the UUIDs a container using it must see, its device nodes)."""
     return {
         "cdiVersion": CDI_VERSION,
         "kind": cdi_kind(driver),
@@ -76,8 +95,9 @@ def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str]], moun
             {"name": cdi_device_name(claim_uid, name),
              "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}", f"{visibility_variable(claim_uid, name)}={visible}",
                                         *mounts.env()],
+                                "deviceNodes": nodes.edits(),
                                 "mounts": mounts.mounts()}}
-            for name, visible in devices
+            for name, visible, nodes in devices
         ],
     }
 

@@ -163,7 +163,7 @@ class Driver:
         return device
 
     def _write_cdi(self, uid: str, record: ClaimRecord) -> None:
-        entries = [(d.device_name, self._visible(d, record.devices)) for d in record.devices]
+        entries = [(d.device_name, self._visible(d, record.devices), self._nodes(d, record.devices)) for d in record.devices]
         spec = cdi.build_spec(self.settings.driver, uid, entries, self.settings.mounts)
         cdi.write_spec(self.settings.cdi_dir, cdi.spec_file_name(self.settings.driver, uid), spec)
 
@@ -176,6 +176,24 @@ class Driver:
         if "cdi-all-devices" in self.settings.faults and device.mig is None:  # the fault: every GPU of the node
             uuids = [self.nvml.gpu_uuid(minor) for minor in self.nvml.minors()]
         return ",".join(uuids)
+
+    def _nodes(self, device: PreparedDevice, devices: list[PreparedDevice]) -> cdi.DeviceNodes:
+        """The device nodes of a device's request group (see _visible); for the cdi-wrong-device fault the
+        next GPU's node for a whole GPU and the parent alone for a MIG device."""
+        from fake_gpus.nvml.capabilities import caps_minor
+
+        group = [d for d in devices if set(d.request_names) & set(device.request_names)]
+        wrong = "cdi-wrong-device" in self.settings.faults
+        gpus, caps = [], []
+        for d in group:
+            minor = parse_device_name(d.device_name).minor
+            if wrong and d.mig is None:
+                minors = self.nvml.minors()
+                minor = minors[(minors.index(minor) + 1) % len(minors)]
+            gpus.append(minor)
+            if d.mig is not None and not wrong:
+                caps += [caps_minor(minor, d.mig.gi_id), caps_minor(minor, d.mig.gi_id, d.mig.ci_id)]
+        return cdi.DeviceNodes(tuple(sorted(set(gpus))), tuple(caps))
 
     def _wrong(self, device: PreparedDevice) -> str:
         """For the cdi-wrong-device fault: the parent GPU of a MIG device, the next GPU for a whole GPU."""
