@@ -1,7 +1,7 @@
 """Run generated workloads (the allocation state machine) seed by seed while the chaos kills components.
 
 Every step of a workload is checked by the runner as usual (soundness, completeness, fallback,
-liveness). The campaign adds, per example: every bound pod's claims get prepared by the node's plugin;
+liveness). The campaign adds: every scheduled pod's claims get prepared by the node's plugin before the next step;
 once the example's pods and claims are gone, nothing is left on the nodes (MIG instances, CDI specs,
 checkpoint entries). Before every kill it observes the whole cluster: no device or counter held twice
 by allocations, no device prepared for two claims. A seed's verdict is `pass` or the sorted list of
@@ -222,6 +222,20 @@ class Campaign:
                                   pod_strategy=churn_pod_specs, claim_strategy=churn_claim_specs)
 
         class Audited(base):  # type: ignore[misc,valid-type]
+            def __init__(self) -> None:
+                super().__init__()
+                arrive = self.runner.arrive
+
+                def arrive_prepared(pod) -> bool:
+                    # a scheduled pod's claims are prepared before the next step (as a pod turns Running):
+                    # otherwise a slow prepare under kills lets pods leave unprepared and hides node-side faults
+                    scheduled = arrive(pod)
+                    if scheduled:
+                        campaign._wait_prepared(self.runner.namespace)
+                    return scheduled
+
+                self.runner.arrive = arrive_prepared
+
             def teardown(self) -> None:
                 try:
                     campaign._wait_prepared(self.runner.namespace)
@@ -256,6 +270,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
                  progress: Callable[[str], None] = lambda line: None) -> CampaignResult:
     """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos."""
     result = CampaignResult(backend, sorted(faults))
+    crashed = {u.name: u.crashes for u in campaign.supervisor.units.values()}
     campaign.stats.clear()  # counts are per run
     campaign.observed_double.clear()
     start = time.monotonic()
@@ -284,7 +299,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
     result.final_leaks = {k: v for k, v in campaign.leftovers().as_dict().items() if v}
     result.kills, result.kills_by_component, result.errors = list(chaos.kills), chaos.by_kind(), result.errors + chaos.errors
     units = campaign.supervisor.units.values()
-    result.crashes = {u.name: u.crashes for u in units if u.crashes}
+    result.crashes = {u.name: u.crashes - crashed.get(u.name, 0) for u in units if u.crashes - crashed.get(u.name, 0)}
     for kind in kinds:
         times = [t for u in units if u.kind == kind for t in u.downtimes]
         if times:
