@@ -45,12 +45,14 @@ class KindDriver(abc.ABC):
         the workers: both drivers may carry one name, and a plugin refuses the other's checkpoint."""
         if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
             return
-        cluster.kubectl("delete", "namespace", namespace, "--wait=true", timeout=READY_TIMEOUT)
         from testbed.clusters.kind.dockerd import docker
 
-        for node in cluster.node_containers():
-            if not node.endswith("-control-plane"):
-                docker("exec", node, "rm", "-rf", f"/var/lib/kubelet/plugins/{self.spec.name}", check=False)
+        try:
+            cluster.kubectl("delete", "namespace", namespace, "--wait=true", timeout=READY_TIMEOUT)
+        finally:  # the files go even when the deletion is slow: the next attempt finds no namespace to retire
+            for node in cluster.node_containers():
+                if not node.endswith("-control-plane"):
+                    docker("exec", node, "rm", "-rf", f"/var/lib/kubelet/plugins/{self.spec.name}", check=False)
 
 
 class OurDriver(KindDriver):
