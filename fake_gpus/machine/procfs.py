@@ -12,11 +12,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR  # noqa: F401 (re-exported)
 from fake_gpus.nvml.capabilities import MIG_MINORS, mig_minors_text
 
-NVIDIA_MAJOR = 195
-NVIDIA_UVM_MAJOR = 511
-NVIDIA_CAPS_MAJOR = 510
 PROC_DEVICES = Path("proc/devices")
 PROC_DRIVER = Path("proc/driver")
 

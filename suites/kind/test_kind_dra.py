@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+import time
+
 import pytest
 
 from fake_gpus.nvml.state import validate_state_dir

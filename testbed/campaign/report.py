@@ -56,7 +56,7 @@ def judge(runs: dict[str, CampaignResult]) -> list[str]:
                 count = run.leaks if wanted == "leak" else run.double_allocations
                 if not count:
                     problems.append(f"{run_label}: the fault {fault} went unnoticed (0 {wanted})")
-            failed = lambda run: {s.seed: s.verdict != "pass" for s in run.seeds}  # noqa: E731
-            if failed(chaos) != failed(r):
-                problems.append(f"{label}: pass/fail per seed differs from the run with kills: {chaos.verdicts()} vs {r.verdicts()}")
+            # Per-seed agreement is asked of clean runs only: with a fault on, kills move the timing, and
+            # which seeds happen to hit the fault may move with it (seen: a double allocation caught on
+            # seeds 0 and 1 without kills, on seed 0 with kills). What counts is that both runs see it.
     return problems

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
+
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "device"
 
@@ -78,8 +80,6 @@ class DeviceNodes:
     caps_minors: tuple[int, ...] = ()
 
     def edits(self) -> list[dict]:
-        from fake_gpus.machine.procfs import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
-
         nodes = [(f"/dev/nvidia{m}", NVIDIA_MAJOR, m) for m in self.gpu_minors]
         nodes += [("/dev/nvidiactl", NVIDIA_MAJOR, 255), ("/dev/nvidia-uvm", NVIDIA_UVM_MAJOR, 0), ("/dev/nvidia-uvm-tools", NVIDIA_UVM_MAJOR, 1)]
         nodes += [(f"/dev/nvidia-caps/nvidia-cap{m}", NVIDIA_CAPS_MAJOR, m) for m in self.caps_minors]

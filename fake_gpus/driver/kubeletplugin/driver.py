@@ -179,7 +179,8 @@ class Driver:
 
     def _nodes(self, device: PreparedDevice, devices: list[PreparedDevice]) -> cdi.DeviceNodes:
         """The device nodes of a device's request group (see _visible); for the cdi-wrong-device fault the
-        next GPU's node for a whole GPU and the parent alone for a MIG device."""
+        next GPU's node for a whole GPU and the parent alone for a MIG device; for cdi-all-devices every
+        GPU's node (in a container NVML shows what the device nodes open, so the fault must hand them out)."""
         from fake_gpus.nvml.capabilities import caps_minor
 
         group = [d for d in devices if set(d.request_names) & set(device.request_names)]
@@ -191,6 +192,8 @@ class Driver:
                 minors = self.nvml.minors()
                 minor = minors[(minors.index(minor) + 1) % len(minors)]
             gpus.append(minor)
+            if "cdi-all-devices" in self.settings.faults and d.mig is None:
+                gpus += self.nvml.minors()
             if d.mig is not None and not wrong:
                 caps += [caps_minor(minor, d.mig.gi_id), caps_minor(minor, d.mig.gi_id, d.mig.ci_id)]
         return cdi.DeviceNodes(tuple(sorted(set(gpus))), tuple(caps))
