@@ -26,7 +26,7 @@ SMI = Path("usr/bin/nvidia-smi")
 def device_nodes(gpu_minors: list[int], mig_manager: bool = False) -> dict[str, tuple[int, int]]:
     """Name under /dev -> (major, minor) of the node's NVIDIA device nodes: nvidia<minor> per GPU, nvidiactl,
     nvidia-uvm(-tools); with `mig_manager` also the node-wide nvidia-caps of mig/config and mig/monitor."""
-    from fake_gpus.machine.procfs import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
+    from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
 
     nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in gpu_minors}
     nodes.update({"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (NVIDIA_UVM_MAJOR, 0), "nvidia-uvm-tools": (NVIDIA_UVM_MAJOR, 1)})

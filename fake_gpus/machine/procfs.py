@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR  # noqa: F401 (re-exported)
+from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
 from fake_gpus.nvml.capabilities import MIG_MINORS, mig_minors_text
 
 PROC_DEVICES = Path("proc/devices")

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from fake_gpus.machine.procfs import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR
+from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR
 from fake_gpus.machine.views import ensure_machine
 from fake_gpus.nvml.capabilities import caps_minor
 from fake_gpus.nvml.state import NODE_STATE_DIR, validate_state_dir

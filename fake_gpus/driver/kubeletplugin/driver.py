@@ -192,10 +192,10 @@ class Driver:
                 minors = self.nvml.minors()
                 minor = minors[(minors.index(minor) + 1) % len(minors)]
             gpus.append(minor)
-            if "cdi-all-devices" in self.settings.faults and d.mig is None:
-                gpus += self.nvml.minors()
             if d.mig is not None and not wrong:
                 caps += [caps_minor(minor, d.mig.gi_id), caps_minor(minor, d.mig.gi_id, d.mig.ci_id)]
+        if "cdi-all-devices" in self.settings.faults and device.mig is None:  # as in _visible
+            gpus += self.nvml.minors()
         return cdi.DeviceNodes(tuple(sorted(set(gpus))), tuple(caps))
 
     def _wrong(self, device: PreparedDevice) -> str:
