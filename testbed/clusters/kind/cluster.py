@@ -19,6 +19,7 @@ from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterSta
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.kind.driver import READY_TIMEOUT, kind_driver
+from testbed.clusters.kind.inotify import InotifyLimitError, ensure_limits
 from testbed.clusters.kind.gpu_nodes import BASE_SPEC_IN_NODE, make_device_nodes, write_base_spec
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
@@ -106,6 +107,11 @@ class KindCluster(Cluster):
         check_size(spec.layout, "kind", MAX_WORKERS, MAX_GPUS, spec.allow_large)  # each worker is a container
         release = release_for(spec.k8s)
         driver = kind_driver(spec.driver)  # refuses a driver kind kind cannot run before anything starts
+        try:
+            for raised in ensure_limits():  # kind's workers do not join when they are low
+                progress.note(f"raised fs.inotify.{raised.name} from {raised.old} to {raised.new} machine-wide (kind's workers need it)")
+        except InotifyLimitError as exc:
+            raise ClusterError(str(exc)) from exc
         try:
             hostdeps.prefetch("kind")  # everything a first kind run needs, in one apt-get run
             ensure_engine()
