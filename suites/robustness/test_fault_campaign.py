@@ -37,9 +37,10 @@ def test_a_dozen_kills_lose_leak_and_double_allocate_nothing(bed) -> None:
     assert all(chaos.kills_by_component[c] >= 2 for c in COMPONENTS), chaos.kills_by_component
     assert chaos.stats.get("scheduled", 0) > 0 and chaos.stats.get("prepared-pods", 0) > 0, chaos.stats
     assert chaos.retries > 0, "no API call needed a retry: the apiserver kills were not felt"
-    # exits nobody asked for (the 100-kill run saw kube-scheduler exit 48 times on its own, cause not yet
-    # read from its log) are restarted like any exit, as a supervisor does, and reported, not failed on
-    print(f"exits without a kill: {chaos.crashes}")
+    # exits nobody asked for are restarted like any exit, as a supervisor does, and reported with their last
+    # log error, not failed on (one cause found: another cluster taking a restarting component's port, which
+    # testbed/clusters/kwok/ports.py rules out; test_kwok_ports.py)
+    print(f"exits without a kill: {chaos.crashes} {chaos.crash_reasons}")
     assert judge(runs) == []
 
 

@@ -154,11 +154,14 @@ def test_the_supervisor_restarts_a_killed_unit_with_its_command_line_and_counts_
             assert int(pid_file.read_text()) == unit.pid != proc.pid
             while len(starts.read_text().split()) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)  # the restarted one runs its script
+            with log.open("a") as out:  # what a component says as it gives up
+                out.write('E1201 14:02:29 run.go:72] "command failed" err="listen tcp 127.0.0.1:32755: bind: address already in use"\n')
             terminate(unit.pid)  # an exit nobody asked for: a crash, restarted too
             deadline = time.monotonic() + 60
             while unit.restarts < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert unit.restarts == 2 and unit.crashes == 1
+            assert len(unit.exit_reasons) == 1 and "address already in use" in unit.exit_reasons[0]
         deadline = time.monotonic() + 60
         while len(starts.read_text().split()) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)

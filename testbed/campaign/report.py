@@ -26,6 +26,8 @@ def table(runs: dict[str, CampaignResult]) -> str:
                 lines.append(f"  {label} seed {s.seed}: {s.verdict}: {(s.messages or [''])[0][:200]}")
         for e in r.errors:
             lines.append(f"  {label}: {e}")
+        for unit, reasons in r.crash_reasons.items():
+            lines.append(f"  {label}: {unit} exited {r.crashes.get(unit, 0)} times unasked; last errors: {' | '.join(reasons)[:300]}")
     return "\n".join(lines)
 
 

@@ -80,6 +80,7 @@ class CampaignResult:
     kills: list[Kill] = field(default_factory=list)
     kills_by_component: dict[str, int] = field(default_factory=dict)
     crashes: dict[str, int] = field(default_factory=dict)  # exits nobody asked for, per unit
+    crash_reasons: dict[str, list[str]] = field(default_factory=dict)  # their distinct last log errors, per unit
     downtime: dict[str, float] = field(default_factory=dict)  # mean seconds kill -> restarted, per component
     observed_double: list[str] = field(default_factory=list)  # found by the observations before kills
     final_leaks: dict[str, list[str]] = field(default_factory=dict)
@@ -102,7 +103,7 @@ class CampaignResult:
 
     def as_dict(self) -> dict:
         return {"backend": self.backend, "faults": self.faults, "wall_s": round(self.wall, 1),
-                "kills": len(self.kills), "kills_by_component": self.kills_by_component, "crashes": self.crashes,
+                "kills": len(self.kills), "kills_by_component": self.kills_by_component, "crashes": self.crashes, "crash_reasons": self.crash_reasons,
                 "mean_downtime_s": self.downtime, "api_retries": self.retries, "stats": self.stats,
                 "leaks": self.leaks, "double_allocations": self.double_allocations,
                 "observed_double": self.observed_double[:20], "final_leaks": self.final_leaks, "errors": self.errors,
@@ -271,6 +272,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
     """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos."""
     result = CampaignResult(backend, sorted(faults))
     crashed = {u.name: u.crashes for u in campaign.supervisor.units.values()}
+    reasons_before = {u.name: len(getattr(u, "exit_reasons", [])) for u in campaign.supervisor.units.values()}
     campaign.stats.clear()  # counts are per run
     campaign.observed_double.clear()
     start = time.monotonic()
@@ -300,6 +302,10 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
     result.kills, result.kills_by_component, result.errors = list(chaos.kills), chaos.by_kind(), result.errors + chaos.errors
     units = campaign.supervisor.units.values()
     result.crashes = {u.name: u.crashes - crashed.get(u.name, 0) for u in units if u.crashes - crashed.get(u.name, 0)}
+    for u in units:
+        new = list(dict.fromkeys(r for r in getattr(u, "exit_reasons", [])[reasons_before.get(u.name, 0):] if r))
+        if new:
+            result.crash_reasons[u.name] = new[:5]
     for kind in kinds:
         times = [t for u in units if u.kind == kind for t in u.downtimes]
         if times:

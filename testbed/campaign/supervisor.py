@@ -36,6 +36,20 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def last_error(log: str | None, tail: int = 8192) -> str:
+    """The last error line (klog E/F, or one saying error) of a log file; '' when none or no log."""
+    if not log:
+        return ""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.path.getsize(log) - tail))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line for line in lines if line[:1] in ("E", "F") or "error" in line.lower()]
+    return (errors or [""])[-1][:300]
+
+
 @dataclass
 class Unit:
     """One supervised process: `kind` is the component (plugin, publisher, scheduler, apiserver, etcd)."""
@@ -56,6 +70,7 @@ class Unit:
     killed_pid: int = -1
     proc: subprocess.Popen | None = None
     downtimes: list[float] = field(default_factory=list)  # kill -> new process started, seconds
+    exit_reasons: list[str] = field(default_factory=list)  # the log's last error line at each exit nobody asked for
 
     @classmethod
     def adopt(cls, name: str, kind: str, pid_file: Path) -> Unit:
@@ -172,7 +187,8 @@ class Supervisor:
         if unit.down_since is None:
             unit.down_since = now
             if unit.killed_at is None:
-                unit.crashes += 1  # nobody asked for this exit
+                unit.crashes += 1  # nobody asked for this exit: say why, from its log
+                unit.exit_reasons.append(last_error(unit.log))
         if now - unit.down_since < self.delay:
             return
         unit.start()

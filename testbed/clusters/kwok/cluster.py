@@ -27,6 +27,7 @@ from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
+from testbed.clusters.kwok.ports import component_ports
 from testbed.clusters.kwok.stages import StagesError, stages_yaml
 from testbed.clusters.kwok.tuning import component_patches
 from testbed.clusters.layout import Layout, check_layout, check_size
@@ -180,7 +181,7 @@ class KwokCluster(Cluster):
             binaries={b.name: str(b.path) for b in toolchain.binaries.values()},
             feature_gates=as_flag(feature_gates(spec.k8s)),
             runtime_config=as_flag(runtime_config(spec.k8s)),
-            apiserver_port=spec.apiserver_port,
+            ports=component_ports(spec.apiserver_port),
             stages=stages,
             patches=component_patches(spec.allow_large),
         ))
