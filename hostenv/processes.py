@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -76,21 +77,54 @@ def stop_group(pgid: int, grace: float = 5.0) -> None:
 
 
 def stream(args: list[str], on_line: Callable[[str], None], *, cwd: str | os.PathLike | None = None,
-           env: dict[str, str] | None = None) -> int:
+           env: dict[str, str] | None = None, grace: float = 0.0) -> int:
     """Run `args` in a process group of its own, handing each line of its output to `on_line`; returns the
     exit code. Any exception on our side (Ctrl-C, SIGTERM, a failing `on_line`) stops the whole group,
-    grandchildren included (go's compilers, debootstrap's dpkg), before it propagates."""
+    grandchildren included (go's compilers, debootstrap's dpkg), before it propagates.
+
+    With `grace` > 0 an interruption is first forwarded: the group gets the signal we got (SIGINT for
+    Ctrl-C, the `signum` of an exception that carries one) and up to `grace` seconds to finish, its output
+    still handed to `on_line`, before the group is stopped. A runner such as Ginkgo uses them to run its
+    clean-ups and write its reports."""
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
     assert proc.stdout is not None
     try:
-        with proc.stdout:
+        for line in proc.stdout:
+            on_line(line)
+        return proc.wait()
+    except BaseException as exc:
+        try:
+            if grace > 0 and isinstance(exc, KeyboardInterrupt):
+                _wind_down(proc, on_line, getattr(exc, "signum", signal.SIGINT), grace)
+        finally:
+            stop_group(proc.pid)
+        raise
+    finally:
+        proc.stdout.close()
+
+
+def _wind_down(proc: subprocess.Popen, on_line: Callable[[str], None], signum: int, grace: float) -> None:
+    """Send `signum` to `proc`'s group, keep reading its output, wait up to `grace` seconds for it to exit."""
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        return
+
+    def drain() -> None:
+        try:
             for line in proc.stdout:
                 on_line(line)
-        return proc.wait()
-    except BaseException:
-        stop_group(proc.pid)
-        raise
+        except (OSError, ValueError):  # the pipe closed under us: the group is being stopped
+            pass
+
+    reader = threading.Thread(target=drain, name="wind-down-output", daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    reader.join(timeout=2.0)
 
 
 def started_from(folder: str) -> list[int]:

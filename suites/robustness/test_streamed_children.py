@@ -4,6 +4,7 @@ the child and everything it started, so no compiler or dpkg keeps running after 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from testbed.clusters.kind.rootfs import unmount_below
 from hostenv.processes import alive, stream
+from testbed.interrupts import Terminated
 
 # the child starts a grandchild (as go starts its compilers), reports both pids, then waits on it
 SCRIPT = "sleep 300 & echo child $$ grandchild $!; wait"
@@ -30,6 +32,40 @@ def test_interrupt_while_streaming_stops_child_and_grandchildren() -> None:
     while any(alive(pid) for pid in seen) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [pid for pid in seen if alive(pid)] == []
+
+
+# a runner that cleans up on a signal (as Ginkgo does): reports its pid, and on SIGTERM prints and exits 7
+TRAPPING = "trap 'echo cleaned up after TERM; exit 7' TERM; echo runner $$; while :; do sleep 0.1; done"
+
+
+def test_grace_forwards_the_signal_and_keeps_the_output_of_the_clean_up() -> None:
+    lines: list[str] = []
+
+    def take(line: str) -> None:
+        lines.append(line.strip())
+        if line.startswith("runner"):
+            raise Terminated(signal.SIGTERM)  # what a SIGTERM to us raises (testbed.interrupts)
+
+    started = time.monotonic()
+    with pytest.raises(Terminated):
+        stream(["sh", "-c", TRAPPING], take, grace=30.0)
+    assert "cleaned up after TERM" in lines  # it got SIGTERM, not SIGKILL, and its last words were read
+    assert time.monotonic() - started < 10  # it ended on the signal: no waiting out the grace
+    runner = int(lines[0].split()[1])
+    assert not alive(runner)
+
+
+def test_grace_ends_with_stopping_a_group_that_ignores_the_signal() -> None:
+    pids: list[int] = []
+
+    def take(line: str) -> None:
+        pids.append(int(line.split()[1]))
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        stream(["sh", "-c", "trap '' INT; echo runner $$; while :; do sleep 0.1; done"], take, grace=1.0)
+    assert time.monotonic() - started < 15 and not alive(pids[0])
 
 
 def test_stream_returns_the_exit_code_and_every_line() -> None:

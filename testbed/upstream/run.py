@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostenv.processes import run_group, stream
 from testbed import progress
 from testbed.upstream.exceptions import Exception_
 from testbed.upstream.report import Summary, read_specs, summarise
 
 DRA_FOCUS = r"\[DRA\]"
+# Seconds an interrupted run gets to finish: Ginkgo gives a spec's clean-up nodes 30 s (--grace-period),
+# then reports; namespace deletion on a loaded bed takes a while.
+INTERRUPT_GRACE = 90.0
 # KWOK has no kubelets: only the control-plane group runs there. On kind everything runs, the serial,
 # slow and alpha ([Feature:OffByDefault]) specs too: the bed switches those gates on (clusters/features.py).
 DEFAULT_SKIP = {
@@ -38,9 +41,8 @@ def dry_run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path) 
     """`--ginkgo.dry-run` with the selection; returns its JSON report (selected specs show as passed)."""
     report = folder / "dry-run.json"
     log = folder / "dry-run.log"
-    with log.open("w") as sink:
-        subprocess.run([*_base(binary, kubeconfig, selection), "--ginkgo.dry-run", f"--ginkgo.json-report={report}"],
-                       stdout=sink, stderr=subprocess.STDOUT, check=False, timeout=300)
+    out = run_group([*_base(binary, kubeconfig, selection), "--ginkgo.dry-run", f"--ginkgo.json-report={report}"], timeout=300)
+    log.write_text(out.stdout + out.stderr)
     if not report.is_file():
         raise RuntimeError(f"e2e.test --ginkgo.dry-run wrote no report (log: {log})")
     return report
@@ -69,20 +71,22 @@ def run(binary: Path, kubeconfig: Path, selection: Selection, folder: Path, time
                 f"--ginkgo.junit-report={folder / 'junit.xml'}", f"--ginkgo.json-report={report}", f"--report-dir={folder}"]
     # line-buffered: the log is what one watches while a run of an hour goes on
     with progress.step(f"upstream DRA e2e (log: {log})") as current, log.open("w", buffering=1) as sink:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
+        def take(line: str) -> None:
+            sink.write(line)
+            # Ginkgo -v closes every spec with a line starting "•" (passed) or a "[FAILED]"/"[SKIPPED]" marker
+            if line.startswith("•") or line.startswith("S [SKIPPED]"):
+                current.tick(line.strip())
+            else:
+                current.update(f"{current.count} specs done")
+
+        # Its own process group: ginkgo does not pass a signal on to its workers (a terminal's Ctrl-C reaches
+        # them through the foreground group, a SIGTERM to us would not), so an interruption goes to the whole
+        # group, which then has INTERRUPT_GRACE seconds to run the specs' clean-ups and write its reports.
         try:
-            for line in proc.stdout:
-                sink.write(line)
-                # Ginkgo -v closes every spec with a line starting "•" (passed) or a "[FAILED]"/"[SKIPPED]" marker
-                if line.startswith("•") or line.startswith("S [SKIPPED]"):
-                    current.tick(line.strip())
-                else:
-                    current.update(f"{current.count} specs done")
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-            proc.wait()
+            stream(args, take, grace=INTERRUPT_GRACE)
+        except KeyboardInterrupt:
+            progress.note(f"upstream DRA e2e interrupted; what ran is in {report} and {log}")
+            raise
     if not report.is_file():
         raise RuntimeError(f"e2e.test wrote no report (log: {log})")
     return report
