@@ -18,6 +18,7 @@ from fake_gpus.catalog import CatalogError
 from fake_gpus.driver.slices import api_limits, server_minor
 from testbed.clusters.layout import Mode, NodeSpec
 from testbed.conformance.outcome import CheckFailed, Evidence, NotRun
+from testbed.conformance.slice_diff import fingerprint, restart_changes
 from testbed.conformance.subject import Subject
 from testbed.waiting import wait_for
 from testbed.workloads.devices import Inventory
@@ -156,33 +157,10 @@ def removed_with_node(subject: Subject, evidence: Evidence) -> None:
         raise CheckFailed(f"60 s after node {name} was deleted its slices are still there: {', '.join(left)}")
 
 
-def _fingerprint(slices: list[dict]) -> dict[str, dict]:
-    return {s["metadata"]["name"]: {"generation": s["spec"]["pool"]["generation"], "resourceVersion": s["metadata"]["resourceVersion"],
-                                    "spec": s["spec"]} for s in slices}
-
-
-def _spec_diff(old: dict, new: dict, limit: int = 4) -> str:
-    """What differs between two slice specs: devices gone or new, then per device the fields that differ."""
-    before = {d["name"]: d for d in old.get("devices") or []}
-    after = {d["name"]: d for d in new.get("devices") or []}
-    parts = [f"device {n} gone" for n in sorted(set(before) - set(after))] + [f"device {n} new" for n in sorted(set(after) - set(before))]
-    for name in sorted(set(before) & set(after)):
-        for key in sorted(set(before[name]) | set(after[name])):
-            if before[name].get(key) != after[name].get(key):
-                a, b = before[name].get(key) or {}, after[name].get(key) or {}
-                inner = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) if isinstance(a, dict) and isinstance(b, dict) else []
-                parts.append(f"{name} {key}" + (f" {', '.join(inner)}: {[a.get(k) for k in inner]} -> {[b.get(k) for k in inner]}" if inner else ""))
-    if not parts and list(before) != list(after):  # same devices, same content, another order
-        parts = [f"device order {list(before)} -> {list(after)}"]
-    if not parts:
-        parts = [f"{k} differs" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    return "; ".join(parts[:limit]) + (f"; and {len(parts) - limit} more" if len(parts) > limit else "")
-
-
 def stable_restart(subject: Subject, evidence: Evidence) -> None:
     if subject.restart_driver is None:
         raise NotRun("needs to restart the driver (a test bed of the suite's own)")
-    before = _fingerprint(subject.slices())
+    before = fingerprint(subject.slices())
     try:
         subject.restart_driver()
     except Exception as exc:  # noqa: BLE001 - the driver not coming back is the finding
@@ -191,21 +169,12 @@ def stable_restart(subject: Subject, evidence: Evidence) -> None:
     # kubelet's wipe of a gone plugin's slices, 30 s after it went: a driver whose slices were wiped and
     # published again shows here as a new generation or a rewrite)
     time.sleep(3)
-    after = _fingerprint(subject.slices())
-    changes = []
-    for name in sorted(set(before) | set(after)):
-        old, new = before.get(name), after.get(name)
-        if old is None or new is None:
-            changes.append(f"slice {name} {'appeared' if old is None else 'vanished'}")
-        elif old["generation"] != new["generation"]:
-            changes.append(f"slice {name}: pool generation {old['generation']} -> {new['generation']}")
-        elif old["spec"] != new["spec"]:
-            changes.append(f"slice {name}: content changed ({_spec_diff(old['spec'], new['spec'])})")
-        elif old["resourceVersion"] != new["resourceVersion"]:
-            changes.append(f"slice {name}: rewritten (resourceVersion {old['resourceVersion']} -> {new['resourceVersion']})")
+    after = fingerprint(subject.slices())
+    changes, notes = restart_changes(before, after)
     evidence.write("restart.json", {"before": {k: v["generation"] for k, v in before.items()},
-                                    "after": {k: v["generation"] for k, v in after.items()}, "changes": changes})
-    if changes:
+                                    "after": {k: v["generation"] for k, v in after.items()}, "changes": changes,
+                                    "not churn (device order carries no meaning)": notes})
+    if changes or notes:
         evidence.write("slices-before.json", {k: v["spec"] for k, v in before.items()})
         evidence.write("slices-after.json", {k: v["spec"] for k, v in after.items()})
     _fail_if(changes, evidence, "after a driver restart with nothing changed")
