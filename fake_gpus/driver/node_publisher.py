@@ -22,6 +22,7 @@ from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary
 from fake_gpus.driver.kubeletplugin.claims import api_client
+from fake_gpus.driver.readiness import ReadyServer
 from fake_gpus.driver.publisher import POLL_SECONDS, Publisher, _state_stamp, node_config
 from fake_gpus.driver.slices import api_limits, server_minor
 
@@ -30,16 +31,18 @@ RETRY_SECONDS = 2.0
 REPAIR_SECONDS = 10.0  # how often the node's slices in the API are compared with what was published
 
 
-def _repair(publisher: "NodePublisher", node: str) -> None:
-    """Republish when the node's slices in the API are not the ones published: the kubelet deletes a
-    driver's slices some 30 s after its plugin went away (a restart of the driver's pod can race it),
-    and so may anyone with the rights; nothing in NVML changed, so only this notices."""
+def _repair(publisher: "NodePublisher", node: str) -> bool:
+    """Republish when the node's slices in the API are not the ones published (and say so: False): the
+    kubelet deletes a driver's slices some 30 s after its plugin went away (a restart of the driver's pod
+    can race it), and so may anyone with the rights; nothing in NVML changed, so only this notices."""
     names = {s.metadata.name for s in publisher.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
              if s.spec.driver == publisher.identity.driver}
     if names != set(publisher.published.get(node, (0, {}))[1]):
         print(f"node-publisher: the slices of {node} in the API are not the ones published; publishing again", flush=True)
         publisher.reload_published(node)
         publisher.stamps.pop(node, None)
+        return False
+    return True
 
 
 class NodePublisher(Publisher):
@@ -53,7 +56,18 @@ class NodePublisher(Publisher):
         return self.node_state_dir
 
 
-def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) -> int:
+class Readiness:
+    """Why this publisher is not ready (None: the node's current slices are in the API), for /readyz."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = "the node's slices are not published yet"
+
+    def __call__(self) -> str | None:
+        return self.reason
+
+
+def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str, ready: Readiness | None = None) -> int:
+    ready = ready or Readiness()
     api = api_client(kubeconfig)
     limits = api_limits(server_minor(client.VersionApi(api).get_code()))
     publisher = NodePublisher(api, NvmlLibrary(nvml_lib_dir / SONAME), state_dir, None, current_identity(), active_faults(),
@@ -63,6 +77,7 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) ->
     cfg = node_config(publisher.core.read_node(node_name))
     if cfg is None:
         print(f"node-publisher: node {node_name} carries no dra-testbed.io/board label; nothing to publish", file=sys.stderr, flush=True)
+        ready.reason = None  # nothing to publish is this node's job done
         publisher.stop.wait()
         return 0
     publisher.reload_published(node_name)
@@ -73,13 +88,16 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str) ->
         if time.monotonic() - checked > REPAIR_SECONDS:
             checked = time.monotonic()
             try:
-                _repair(publisher, node_name)
+                if not _repair(publisher, node_name):
+                    ready.reason = "the node's slices in the API are not the ones published: publishing again"
             except Exception as exc:  # noqa: BLE001 - the API may be away for a moment: the next round looks again
                 print(f"node-publisher: checking published slices: {type(exc).__name__}", file=sys.stderr, flush=True)
         if _state_stamp(state_dir) != publisher.stamps.get(node_name):
             try:
                 publisher.settle(node_name, publisher.sync(cfg))
+                ready.reason = None
             except Exception as exc:  # noqa: BLE001 - settle() made the next round write again
+                ready.reason = f"publishing the node's slices failed: {type(exc).__name__}"
                 print(f"node-publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; retrying",
                       file=sys.stderr, flush=True)
                 publisher.stop.wait(RETRY_SECONDS)
@@ -94,11 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--nvml-lib-dir", required=True, type=Path)
     parser.add_argument("--kubeconfig", default="in-cluster")
+    parser.add_argument("--ready-port", type=int, help="serve GET /readyz on this TCP port (the DaemonSet's readiness probe)")
     args = parser.parse_args(argv)
+    ready = Readiness()
+    if args.ready_port is not None:
+        ReadyServer(args.ready_port, ready).start()  # a daemon thread: it ends with the process
     while True:  # the API may not answer yet right after a node boots: retry start-up, never crash-loop fast
         try:
-            return run(args.node_name, args.state_dir, args.nvml_lib_dir, args.kubeconfig)
+            return run(args.node_name, args.state_dir, args.nvml_lib_dir, args.kubeconfig, ready)
         except Exception as exc:  # noqa: BLE001
+            ready.reason = f"cannot start: {type(exc).__name__}"
             print(f"node-publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; retrying", file=sys.stderr, flush=True)
             time.sleep(2)
 

@@ -7,6 +7,7 @@ with `-m "not kind"`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +20,7 @@ from testbed.clusters.kind import KindCluster
 from testbed.clusters.layout import from_flags
 from testbed.pytest_plugin import ApiViews
 
-CLUSTER_NAME = "dra-kind-e2e"
+CLUSTER_NAME = os.environ.get("DRA_TESTBED_KIND_CLUSTER", "dra-kind-e2e")  # a name of its own per concurrent run
 # H100 80GB nodes in each driver mode: whole GPUs, dynamic MIG, and a static layout of seven 1g.10gb
 LAYOUT_FLAGS = ["gpu-whole=h100-80gb:1:whole", "gpu-mig=h100-80gb:1:dynamic-mig",
                 "gpu-static=h100-80gb:1:static-mig:all-1g.10gb"]

@@ -203,3 +203,26 @@ def test_slices_deleted_behind_the_drivers_back_are_published_again(kind_bed) ->
         assert time.monotonic() < deadline, f"the slices of {node} were not published again within 60 s"
         time.sleep(1)
     assert sum(len(s.spec.devices or []) for s in mine()) == sum(len(s.spec.devices or []) for s in before)
+
+
+def _plugin_ready(pod) -> bool | None:
+    return next((c.ready for c in (pod.status.container_statuses or []) if c.name == "kubelet-plugin"), None)
+
+
+def test_a_plugin_whose_socket_is_gone_is_not_ready(kind_bed) -> None:
+    """The DaemonSet's readiness probe means the kubelet can use the plugin: remove its DRA socket from the
+    node and the pod turns NotReady (the probe says why) while the process keeps running; a new pod is Ready."""
+    from testbed.clusters.kind.dockerd import docker
+
+    node = kind_bed.worker("gpu-whole")
+    old = wait_for(kind_bed.core.list_namespaced_pod, lambda p: p.spec.node_name == node and _plugin_ready(p) is True,
+                   namespace=DRIVER_NAMESPACE, what="a Ready driver pod on the node", timeout=120)
+    docker("exec", node, "rm", f"/var/lib/kubelet/plugins/{IDENTITY.driver}/dra.sock")
+    wait_for(kind_bed.core.list_namespaced_pod, lambda p: p.metadata.name == old.metadata.name and _plugin_ready(p) is False,
+             namespace=DRIVER_NAMESPACE, what="the driver pod NotReady without its socket", timeout=90)
+    events = kind_bed.core.list_namespaced_event(DRIVER_NAMESPACE, field_selector=f"involvedObject.name={old.metadata.name}").items
+    assert any("Readiness probe failed" in (e.message or "") for e in events), [e.message for e in events]
+    kind_bed.core.delete_namespaced_pod(old.metadata.name, DRIVER_NAMESPACE, grace_period_seconds=0)
+    wait_for(kind_bed.core.list_namespaced_pod,
+             lambda p: p.spec.node_name == node and p.metadata.name != old.metadata.name and _plugin_ready(p) is True,
+             namespace=DRIVER_NAMESPACE, what="a new Ready driver pod on the node", timeout=180)

@@ -177,21 +177,22 @@ class PluginProcess:
 
 @pytest.fixture
 def start_plugin(apiserver: ApiServer, nvml_lib_dir: Path, node_dir: Path, protos) -> Iterator[Callable[..., PluginProcess]]:
-    """start_plugin(state_dir, faults=(), mig="dynamic", env={}) -> a running plugin; stopped at teardown."""
+    """start_plugin(state_dir, faults=(), mig="dynamic", env={}, args=()) -> a running plugin; stopped at teardown."""
     started: list[PluginProcess] = []
 
-    def start(state_dir: Path, faults: Sequence[str] = (), mig: str = "dynamic", env: dict[str, str] | None = None) -> PluginProcess:
+    def start(state_dir: Path, faults: Sequence[str] = (), mig: str = "dynamic", env: dict[str, str] | None = None,
+              args: Sequence[str] = ()) -> PluginProcess:
         extra = env or {}
         root = node_dir / f"kubelet{len(started)}"
         env = {k: v for k, v in os.environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES", "FAKE_NVML_STATE_DIR", "DRA_TESTBED_FAULTS")}
         env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}".rstrip(":")
         env.update(fault_env(faults))
         env.update(extra)
-        args = [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", NODE, "--state-dir", str(state_dir),
+        command = [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", NODE, "--state-dir", str(state_dir),
                 "--nvml-lib-dir", str(nvml_lib_dir), "--plugin-dir", str(root / "plugins" / DRIVER),
                 "--registry-dir", str(root / "plugins_registry"), "--cdi-dir", str(root / "cdi"),
-                "--kubeconfig", str(apiserver.kubeconfig), "--mig", mig, "--health-interval", "0.2"]
-        plugin = PluginProcess(args, env, root)
+                "--kubeconfig", str(apiserver.kubeconfig), "--mig", mig, "--health-interval", "0.2", *args]
+        plugin = PluginProcess(command, env, root)
         started.append(plugin)
         plugin.start()
         return plugin

@@ -32,6 +32,7 @@ def parse_args(argv: list[str] | None) -> PluginConfig:
                    help="dynamic: create an allocated MIG device at its placement; static: it must exist")
     p.add_argument("--k8s", default=DEFAULT_MINOR, help="Kubernetes minor whose kubelet API stubs to use")
     p.add_argument("--health-interval", type=float, default=10.0, help="seconds between device-list checks of the health stream")
+    p.add_argument("--ready-port", type=int, help="serve GET /readyz on this TCP port (the DaemonSet's readiness probe)")
     a = p.parse_args(argv)
     try:
         faults = active_faults()
@@ -40,7 +41,7 @@ def parse_args(argv: list[str] | None) -> PluginConfig:
     return PluginConfig(node_name=a.node_name, driver=driver, plugin_dir=a.plugin_dir, registry_dir=a.registry_dir, cdi_dir=a.cdi_dir,
                         kubeconfig=a.kubeconfig, state_dir=a.state_dir, nvml_lib_dir=a.nvml_lib_dir, pool_name=a.pool_name,
                         host_state_dir=a.host_state_dir, host_lib_dir=a.host_nvml_lib_dir, mig_mode=a.mig, k8s=a.k8s,
-                        faults=faults, health_interval=a.health_interval)
+                        faults=faults, health_interval=a.health_interval, ready_port=a.ready_port)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,11 +17,13 @@ from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
 from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver, DriverSettings
 from fake_gpus.driver.nvml_adapter import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
+from fake_gpus.driver.readiness import ReadyServer
 from hostenv.versions import DEFAULT_MINOR
 
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 DRA_SOCKET = "dra.sock"
 CHECKPOINT = "checkpoint.json"
+READY_CALL_SECONDS = 2.0  # a readiness check's own calls to the plugin's sockets
 
 
 def log(msg: str) -> None:
@@ -47,6 +49,7 @@ class PluginConfig:
     k8s: str = DEFAULT_MINOR
     faults: frozenset[str] = frozenset()
     health_interval: float = 10.0
+    ready_port: int | None = None  # serve the readiness endpoint (readiness.py) on this port
 
     @property
     def dra_socket(self) -> Path:
@@ -131,6 +134,7 @@ class KubeletPlugin:
         self.stopping = threading.Event()
         self.registered: bool | None = None
         self._servers: list[grpc.Server] = []
+        self._ready: ReadyServer | None = None
         self._nvml: Nvml | None = None
         self.driver: Driver
 
@@ -157,8 +161,30 @@ class KubeletPlugin:
         reg = self._server()
         self.protos.registration_grpc.add_RegistrationServicer_to_server(RegistrationService(self), reg)
         self._serve(reg, cfg.registration_socket)
+        if cfg.ready_port is not None:
+            self._ready = ReadyServer(cfg.ready_port, self.not_ready).start()
         log(f"serving {cfg.driver} for node {cfg.node_name}: {cfg.dra_socket}, {cfg.registration_socket}"
             + (f"; faults: {', '.join(sorted(cfg.faults))}" if cfg.faults else ""))
+
+    def not_ready(self) -> str | None:
+        """Why the kubelet cannot use this plugin now (None: it can): not registered by the kubelet, a
+        socket gone from the node, or a socket that no longer answers."""
+        if self.registered is not True:
+            return "the kubelet has not registered the plugin" + (" (it refused it)" if self.registered is False else "")
+        for socket in (self.config.registration_socket, self.config.dra_socket):
+            if not socket.is_socket():
+                return f"{socket} is missing: the kubelet cannot reach the plugin"
+        with grpc.insecure_channel(f"unix://{self.config.registration_socket}") as channel:
+            try:
+                self.protos.registration_grpc.RegistrationStub(channel).GetInfo(self.protos.registration.InfoRequest(), timeout=READY_CALL_SECONDS)
+            except grpc.RpcError as exc:
+                return f"the registration socket does not answer GetInfo: {exc.code().name}"
+        with grpc.insecure_channel(f"unix://{self.config.dra_socket}") as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=READY_CALL_SECONDS)
+            except grpc.FutureTimeoutError:
+                return f"the DRA socket {self.config.dra_socket} does not accept connections"
+        return None
 
     def _server(self) -> grpc.Server:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kubelet-plugin"))
@@ -179,6 +205,9 @@ class KubeletPlugin:
 
     def stop(self) -> None:
         self.stopping.set()
+        if self._ready is not None:
+            self._ready.stop()
+            self._ready = None
         for server in reversed(self._servers):  # registration first: the kubelet stops calling
             server.stop(grace=2).wait()
         for socket in (self.config.registration_socket, self.config.dra_socket):
