@@ -16,11 +16,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from fake_gpus.node.driver_root import DRIVER_ROOT_DIR, LIB_DIR, LINKER_NAME, SMI
 from fake_gpus.nvml.build import SMI as SMI_BINARY, SONAME, ensure_library
-
-DRIVER_ROOT_DIR = "driver-root"
-LIB_DIR = Path("usr/lib/x86_64-linux-gnu")
-SMI = Path("usr/bin/nvidia-smi")
 
 
 def device_nodes(gpu_minors: list[int], mig_manager: bool = False) -> dict[str, tuple[int, int]]:
@@ -63,7 +60,7 @@ def write_driver_root(state_dir: Path, driver_version: str, gpu_minors: list[int
     tmp = real.with_name(real.name + f".tmp.{os.getpid()}")
     shutil.copyfile(ensure_library() / SONAME, tmp)
     os.replace(tmp, real)
-    for name in (SONAME, "libnvidia-ml.so"):
+    for name in (SONAME, LINKER_NAME):
         link = lib_dir / name
         if not link.is_symlink():
             link.unlink(missing_ok=True)

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fake_gpus.catalog import get_board
-from fake_gpus.machine.driver_root import DRIVER_ROOT_DIR, write_driver_root
+from fake_gpus.machine.driver_root import write_driver_root
 from fake_gpus.machine.procfs import PROC_DEVICES, PROC_DRIVER, write_procfs
 from fake_gpus.machine.sysfs import SYSFS_DIR, write_sysfs
 from fake_gpus.machine.topology import placements
+from fake_gpus.node.driver_root import DRIVER_ROOT_DIR
 from fake_gpus.nvml import state
 
 

@@ -74,6 +74,37 @@ def test_dynamic_mig_prepare_creates_the_instance_at_its_placement_and_unprepare
     assert spec_files(plugin) == []
 
 
+def test_the_spec_mounts_the_driver_roots_nvidia_smi_and_libnvidia_ml_where_nvidias_does(start_plugin, state_dir, kubelet, make_claim) -> None:
+    """NVIDIA's CDI spec mounts a driver root's /usr/bin/nvidia-smi and libnvidia-ml.so.<version> (plus the
+    .so.1 and .so names) into every container of a claim; ours does the same from the node's fake driver
+    root, so `nvidia-smi -L` in a plain image works. The mounted nvidia-smi, given the device's
+    environment, lists exactly the allocated MIG device under its GPU."""
+    import subprocess
+
+    from fake_gpus.catalog import get_board
+
+    plugin = start_plugin(state_dir)
+    k = kubelet(plugin)
+    claim = make_claim([MIG_1G])
+    (device,) = prepared_devices(k.prepare([claim]), claim)
+    spec = read_spec(plugin)
+    version = get_board("h100-80gb").driver_version
+    root = state_dir.resolve() / "driver-root"
+    mounts = {m["containerPath"]: m for m in spec["containerEdits"]["mounts"]}
+    library = str(root / f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}")
+    assert {path: m["hostPath"] for path, m in mounts.items()} == {
+        "/usr/bin/nvidia-smi": str(root / "usr/bin/nvidia-smi"),
+        **{f"/usr/lib/x86_64-linux-gnu/{name}": library for name in (f"libnvidia-ml.so.{version}", "libnvidia-ml.so.1", "libnvidia-ml.so")}}
+    assert all(m["options"][:1] == ["ro"] and "rbind" in m["options"] for m in mounts.values())
+    env = cdi_env(spec, device.cdi_device_ids[0])
+    out = subprocess.run([mounts["/usr/bin/nvidia-smi"]["hostPath"], "-L"], env={"PATH": "/usr/bin:/bin", **env},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("GPU 0: ") and "1g.10gb" in lines[1] and env["NVIDIA_VISIBLE_DEVICES"] in lines[1], lines
+    assert k.unprepare([claim]).claims[claim.uid].error == ""
+
+
 def test_dynamic_mig_prepare_of_a_double_memory_1g(start_plugin, state_dir, kubelet, make_claim, mig_instances) -> None:
     """1g.20gb (one compute slice over two memory slices) prepares like any profile: its GPU instance and a compute instance."""
     plugin = start_plugin(state_dir)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fake_gpus.node.device_majors import NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_UVM_MAJOR
+from fake_gpus.node.driver_root import LIB_DIR, LINKER_NAME, SMI, SONAME, versioned_library
 
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "device"
@@ -40,6 +41,35 @@ class FakeNvmlMounts:
             # read-write: every NVML client takes the state directory's flock
             mounts.append({"hostPath": str(self.state_dir), "containerPath": str(self.state_dir), "options": ["rw", "nosuid", "nodev", "rbind"]})
         return mounts
+
+
+@dataclass(frozen=True)
+class DriverRootMounts:
+    """The node's driver root handed to every container of a claim, as NVIDIA's CDI spec hands out a real
+    one: `/usr/bin/nvidia-smi` and `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driverVersion>`, read-only,
+    and the `libnvidia-ml.so.1` and `libnvidia-ml.so` names beside it. NVIDIA's spec makes those two names
+    as symlinks with its nvidia-cdi-hook (`create-symlinks`, then `update-ldcache`); ours mounts the same
+    file under them, so it needs no hook binary on the node and a glibc image finds the library in its
+    system library directory, as with NVIDIA's. Quickstart pods (`nvidia-smi -L` in a plain image) run
+    unchanged on either driver."""
+
+    host_root: Path  # the driver root as the node (its container runtime) sees it
+    library: str  # libnvidia-ml.so.<driverVersion>
+
+    @classmethod
+    def find(cls, root: Path, host_root: Path | None = None) -> "DriverRootMounts | None":
+        """The mounts of driver root `root` (as this process sees it; `host_root` where the node sees it),
+        None when it holds no nvidia-smi and versioned libnvidia-ml."""
+        library = versioned_library(root)
+        if library is None or not (root / SMI).is_file():
+            return None
+        return cls(host_root or root, library)
+
+    def mounts(self) -> list[dict]:
+        options = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's options
+        library = self.host_root / LIB_DIR / self.library
+        files = [(self.host_root / SMI, SMI), (library, LIB_DIR / self.library), (library, LIB_DIR / SONAME), (library, LIB_DIR / LINKER_NAME)]
+        return [{"hostPath": str(host), "containerPath": f"/{inside}", "options": options} for host, inside in files]
 
 
 def cdi_kind(driver: str) -> str:
@@ -86,11 +116,15 @@ class DeviceNodes:
         return [{"path": path, "type": "c", "major": major, "minor": minor, "permissions": "rw"} for path, major, minor in nodes]
 
 
-def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str, DeviceNodes]], mounts: FakeNvmlMounts) -> dict:
-    """The spec of a claim; `devices` are (device name, the UUIDs a container using it must see, its device nodes)."""
+def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str, DeviceNodes]], mounts: FakeNvmlMounts,
+               driver_root: DriverRootMounts | None = None) -> dict:
+    """The spec of a claim; `devices` are (device name, the UUIDs a container using it must see, its device
+    nodes). The driver root's files are the spec's own edits, as in NVIDIA's: any device of it brings them."""
+    spec: dict = {"cdiVersion": CDI_VERSION, "kind": cdi_kind(driver)}
+    if driver_root is not None:
+        spec["containerEdits"] = {"mounts": driver_root.mounts()}
     return {
-        "cdiVersion": CDI_VERSION,
-        "kind": cdi_kind(driver),
+        **spec,
         "devices": [
             {"name": cdi_device_name(claim_uid, name),
              "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}", f"{visibility_variable(claim_uid, name)}={visible}",

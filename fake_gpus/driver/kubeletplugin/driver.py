@@ -44,6 +44,7 @@ class DriverSettings:
     mounts: cdi.FakeNvmlMounts
     mig_mode: str = MIG_DYNAMIC
     faults: frozenset[str] = frozenset()
+    driver_root: cdi.DriverRootMounts | None = None
 
 
 @dataclass
@@ -164,7 +165,7 @@ class Driver:
 
     def _write_cdi(self, uid: str, record: ClaimRecord) -> None:
         entries = [(d.device_name, self._visible(d, record.devices), self._nodes(d, record.devices)) for d in record.devices]
-        spec = cdi.build_spec(self.settings.driver, uid, entries, self.settings.mounts)
+        spec = cdi.build_spec(self.settings.driver, uid, entries, self.settings.mounts, self.settings.driver_root)
         cdi.write_spec(self.settings.cdi_dir, cdi.spec_file_name(self.settings.driver, uid), spec)
 
     def _visible(self, device: PreparedDevice, devices: list[PreparedDevice]) -> str:

@@ -18,6 +18,7 @@ from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver,
 from fake_gpus.driver.nvml_adapter import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
 from fake_gpus.driver.readiness import ReadyServer
+from fake_gpus.node.driver_root import DRIVER_ROOT_DIR
 from hostenv.versions import DEFAULT_MINOR
 
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
@@ -143,8 +144,12 @@ class KubeletPlugin:
         load_library(cfg.nvml_lib_dir, cfg.state_dir)
         self._nvml = Nvml.open()
         lib = cfg.host_lib_dir or (library_dir() if cfg.state_dir else None)  # a real node's containers get the library elsewhere
-        mounts = cdi.FakeNvmlMounts(lib, cfg.host_state_dir or (cfg.state_dir.resolve() if cfg.state_dir else None))
-        settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults)
+        host_state = cfg.host_state_dir or (cfg.state_dir.resolve() if cfg.state_dir else None)
+        mounts = cdi.FakeNvmlMounts(lib, host_state)
+        driver_root = None
+        if cfg.state_dir is not None and host_state is not None:  # the fake node's driver root (a real node's is elsewhere)
+            driver_root = cdi.DriverRootMounts.find(cfg.state_dir / DRIVER_ROOT_DIR, host_state / DRIVER_ROOT_DIR)
+        settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults, driver_root)
         api = api_client(cfg.kubeconfig)
         checkpoint = Checkpoint(cfg.plugin_dir / CHECKPOINT)
         if "checkpoint-lost" not in cfg.faults:  # the fault: start as if nothing had been prepared here
