@@ -117,6 +117,7 @@ class KindCluster(Cluster):
             ensure_engine()
         except (DockerError, hostdeps.HostDepsMissing) as exc:
             raise ClusterError(str(exc)) from exc
+        driver.preflight()  # e.g. an image that is not in the engine: refused before any container exists
         if self.exists():
             if not force:
                 raise ClusterError(f"a kind cluster named {self.name!r} already exists; use another --name, "

@@ -36,6 +36,10 @@ class KindDriver(abc.ABC):
     def __init__(self, spec: DriverSpec) -> None:
         self.spec = spec
 
+    def preflight(self) -> None:
+        """Refuse (DriverSpecError, one line) a driver that cannot be deployed, before the cluster is made;
+        the Docker engine runs by then."""
+
     @abc.abstractmethod
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
         """Deploy (or redeploy) on the GPU workers and return once every layout node has its slices."""

@@ -18,6 +18,7 @@ from fake_gpus.machine.views import MachineViews
 from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed import progress
 from testbed.clusters.base import ClusterError
+from testbed.clusters.driver import DriverSpecError
 from testbed.clusters.kind.dockerd import image_present
 from testbed.clusters.kind.driver import DRIVER_NAMESPACE, READY_TIMEOUT, KindDriver, wait_driver
 from testbed.clusters.layout import Layout
@@ -40,6 +41,17 @@ GROUPS = (("", ("whole", "static-mig")), ("-dynamic-mig", ("dynamic-mig",)))
 
 class NvidiaKindDriver(KindDriver):
     """NVIDIA's gpu-kubelet-plugin, from a binary or an image, on every GPU worker."""
+
+    def preflight(self) -> None:
+        """The image must be in the local engine, the binary an executable file: found out before a cluster is made."""
+        if self.spec.kind == "image" and not image_present(self.spec.image or ""):
+            raise DriverSpecError(f"image {self.spec.image!r} is not in the local Docker engine; `docker load` or build it "
+                                  "first (no registry is reachable), or give --driver-binary PATH")
+        if self.spec.kind == "binary":
+            try:
+                plugin_binary(self.spec.path)
+            except PluginNotFound as exc:
+                raise DriverSpecError(str(exc)) from None
 
     def image(self) -> str:
         """The image to run: the given one (it must be in the local engine), or one built around the binary."""
