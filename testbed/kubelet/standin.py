@@ -64,11 +64,15 @@ class StandInKubelet:
 
     def claims_of(self, api: client.ApiClient, pod) -> list[ClaimId]:
         """The pod's ResourceClaims allocated by this driver, as the DRA manager finds them."""
-        names = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or []) if s.resource_claim_name}
+        # resourceclaim.Name: a template's claim is named in the pod's status; an entry without a name says
+        # the pod needs no claim there (nothing to prepare), no entry says the claim is not generated yet
+        statuses = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
         resource = client.ResourceV1Api(api)
         out = []
         for ref in pod.spec.resource_claims or []:
-            name = ref.resource_claim_name or names.get(ref.name)
+            if not ref.resource_claim_name and ref.name in statuses and not statuses[ref.name]:
+                continue
+            name = ref.resource_claim_name or statuses.get(ref.name)
             if not name:
                 raise PrepareError(f"pod {pod.metadata.namespace}/{pod.metadata.name}: claim {ref.name} has no ResourceClaim yet")
             claim = resource.read_namespaced_resource_claim(name, pod.metadata.namespace)
