@@ -28,6 +28,7 @@ FAULTS: dict[str, str] = {
     "counters-undeclared": "the partitionable full GPU shares its GPU's memory slices with the MIG devices without declaring it "
                            "(no consumesCounters), so it can be allocated while MIG devices of the same GPU are",
     "parent-uuid-unstable": "partitionable MIG devices carry a parentUUID of their own instead of their GPU's UUID",
+    # (+ the under-declared profiles below)
     # kubelet plugin
     "prepare-fails": "NodePrepareResources answers every claim with an error",
     "prepare-hangs": "NodePrepareResources never answers",
@@ -37,6 +38,35 @@ FAULTS: dict[str, str] = {
     "checkpoint-lost": "a restarted kubelet plugin forgets what it had prepared, so unpreparing those claims leaks their MIG instances",
     "admin-access-refused": "a whole GPU already prepared for one claim is refused to a second (admin-access) claim",
 }
+
+# One MIG profile under-declared: its devices leave memory-slice counters of their placement out of
+# consumesCounters, so its partitions overlap others physically while the scheduler sees them disjoint.
+# Only that profile (a profile name belongs to one board here) and only that counter: `first`, `last` or
+# `middle` (the second) memory slice of each placement, or `all` of them. The generated workloads must find
+# these within the ci profile without being tuned for any one (benchmarks/overlap_power.py).
+UNDERDECLARED: dict[str, tuple[str, str]] = {
+    "underdeclared-1g20gb-last": ("1g.20gb", "last"),  # H100 80GB
+    "underdeclared-3g40gb-first": ("3g.40gb", "first"),  # H100 80GB
+    "underdeclared-1g10gbme-all": ("1g.10gb+me", "all"),  # H100 80GB
+    "underdeclared-2g35gb-first": ("2g.35gb", "first"),  # H200
+    "underdeclared-4g71gb-last": ("4g.71gb", "last"),  # H200
+    "underdeclared-3g71gb-middle": ("3g.71gb", "middle"),  # H200
+}
+FAULTS.update({name: f"MIG {profile} devices leave {'every' if which == 'all' else f'the {which}'} memory slice of their placement "
+                     f"out of consumesCounters, so they overlap other partitions physically"
+               for name, (profile, which) in UNDERDECLARED.items()})
+
+
+def declared_slices(profile: str, slices: range, faults: frozenset[str]) -> list[int]:
+    """The memory slices a device of `profile` at `slices` declares: all of them unless an UNDERDECLARED
+    switch of that profile is on."""
+    left_out: set[int] = set()
+    for name in faults & UNDERDECLARED.keys():
+        wanted, which = UNDERDECLARED[name]
+        if wanted == profile:
+            picks = {"first": slices[:1], "last": slices[-1:], "middle": slices[1:2], "all": slices}[which]
+            left_out.update(picks)
+    return [s for s in slices if s not in left_out]
 
 
 class UnknownFaultError(ValueError):

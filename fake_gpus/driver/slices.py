@@ -24,6 +24,7 @@ from fake_gpus.driver.identity import (
     mig_device_name,
     semver,
 )
+from fake_gpus.driver.faults import declared_slices
 from fake_gpus.driver.pci import sysfs_address
 from fake_gpus.driver.nvml_adapter import Gpu, MigProfile, NodeInventory, Placement, memory_slices
 from fake_gpus.node import Mode
@@ -225,6 +226,7 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
             slices = placement.slices
             if "short-placement" in faults:
                 slices = range(placement.start, placement.start + placement.size - 1)
+            slices = declared_slices(profile.name, slices, faults)
             device = mig_device(gpu, inv, driver, profile, placement, faults=faults)
             device["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                            "counters": _counters(_profile_values(profile), slices)}]

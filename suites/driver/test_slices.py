@@ -10,7 +10,8 @@ import pytest
 
 from fake_gpus.catalog import all_boards, get_board
 from fake_gpus.driver import miglayout
-from fake_gpus.driver.identity import CAPACITY_COUNTERS, DriverIdentity, counter_set_name, memory_slice_counter, parse_device_name
+from fake_gpus.driver.faults import UNDERDECLARED
+from fake_gpus.driver.identity import CAPACITY_COUNTERS, DriverIdentity, counter_set_name, memory_slice_counter, mig_device_name, parse_device_name
 from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.slices import ApiLimits, LIMITS_1_34, LIMITS_1_35, api_limits, build_slices, mebibytes
 from fake_gpus.machine.provision import usable_layouts
@@ -199,6 +200,26 @@ def test_faults_change_the_slices(node, nvml: NvmlLibrary) -> None:
     assert "consumesCounters" in build("dynamic-mig")["gpu-0"]
     assert "consumesCounters" not in build("dynamic-mig", "counters-undeclared")["gpu-0"]
     assert "consumesCounters" in build("dynamic-mig", "counters-undeclared")["gpu-0-mig-3g40gb-9-4"]
+
+
+@pytest.mark.parametrize("fault", sorted(UNDERDECLARED))
+def test_underdeclared_profile_leaves_out_one_counter(fault: str, node, nvml: NvmlLibrary) -> None:
+    """Each switch drops exactly its profile's named memory slices; every other device is as without it."""
+    profile, which = UNDERDECLARED[fault]
+    board = next(b for b in all_boards() if any(p.name == profile for p in b.gpu_instance_profiles))
+    inv = inventory(nvml, node(board.key, 1))
+    clean, faulty = (devices_of(build_slices("n", inv, parse_mode("dynamic-mig"), LIMITS_1_34, IDENTITY, frozenset(f)))
+                     for f in ((), (fault,)))
+    changed = {name for name in clean if clean[name] != faulty[name]}
+    catalog = board.profile(profile)
+    assert changed == {mig_device_name(0, profile, catalog.id, start) for start in catalog.placements}
+    for name in changed:
+        start = parse_device_name(name).start
+        placement = range(start, start + catalog.memory_slices)
+        kept = {c for c in faulty[name]["consumesCounters"][0]["counters"] if c.startswith("memory-slice-")}
+        dropped = {memory_slice_counter(i) for i in placement} - kept
+        expected = {"first": placement[:1], "last": placement[-1:], "middle": placement[1:2], "all": placement}[which]
+        assert dropped == {memory_slice_counter(i) for i in expected}, name
 
 
 @pytest.mark.parametrize("text", ["shared", "static-mig", "static-mig:", "whole:x", "dynamic-mig:a"])
