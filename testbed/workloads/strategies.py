@@ -200,7 +200,8 @@ def partition_choices(board_key: str) -> list[str | None]:
     return [p.name for p in get_board(board_key).gpu_instance_profiles if p.complete] + [None]
 
 
-def _partition(identity: DriverIdentity, name: str, profile: str | None) -> SubRequest:
+def partition_request(identity: DriverIdentity, name: str, profile: str | None) -> SubRequest:
+    """A request for one partition of `profile` (None: the full GPU)."""
     if profile is None:
         return SubRequest(name, identity.gpu_class)
     return SubRequest(name, identity.mig_class, (StringIs("profile", profile),))
@@ -213,8 +214,8 @@ def partition_pods(draw, name: str, board_key: str, node: str, identity: DriverI
     identity = identity or current_identity()
     choices = partition_choices(board_key)
     if draw(st.booleans()):
-        request = Request("r0", (_partition(identity, "r0", draw(st.sampled_from(choices))),))
+        request = Request("r0", (partition_request(identity, "r0", draw(st.sampled_from(choices))),))
     else:
         picks = draw(st.lists(st.sampled_from(choices), min_size=2, max_size=4, unique=True))
-        request = Request("r0", tuple(_partition(identity, f"s{i}", p) for i, p in enumerate(picks)), first_available=True)
+        request = Request("r0", tuple(partition_request(identity, f"s{i}", p) for i, p in enumerate(picks)), first_available=True)
     return PodSpec(name, (PodClaim("t0", template=ClaimSpec((request,))),), node=node)
