@@ -23,6 +23,7 @@ from testbed.conformance.subject import Subject
 from testbed.workloads.bundle import layout_from_nodes, layout_yaml
 from testbed.workloads.machine import allocation_machine
 from testbed.workloads.runner import PropertyFailure
+from testbed.workloads.selectors import Not, StringIs
 from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases, partitionable_nodes
 from testbed.workloads.devices import Inventory
 from testbed.workloads.truth import board_of
@@ -51,6 +52,23 @@ def _settings(examples: int, steps: int | None = None) -> settings:
                     phases=(Phase.explicit, Phase.generate), **extra,  # no shrinking: the failure is the finding
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
                                            HealthCheck.function_scoped_fixture])
+
+
+def _exclusions(inventory: Inventory) -> list[tuple[str, Not]]:
+    """Per board, a node whose whole GPUs are all that board and "not productName / architecture ==" the
+    board's (as the catalog names them): on that node nothing matches unless the attribute is misnamed."""
+    boards: dict[str, dict] = {}  # node -> {board key: board}
+    for d in inventory.devices.values():
+        if d.attribute("type") == "gpu" and d.node:
+            board = board_of(d)
+            boards.setdefault(d.node, {})[board.key if board else None] = board
+    by_board = {}
+    for node in sorted(boards):
+        (key, board), *others = boards[node].items()
+        if not others and board is not None:
+            by_board.setdefault(key, (node, board))
+    return [(node, Not(StringIs(attribute, value))) for node, b in by_board.values()
+            for attribute, value in (("productName", b.product_name), ("architecture", b.dra_architecture))]
 
 
 def generated(subject: Subject, evidence: Evidence) -> None:
@@ -84,6 +102,15 @@ def generated(subject: Subject, evidence: Evidence) -> None:
                 memory_selector(subject.api, layout, bundles / "memory", case, identity.gpu_class, identity=identity)
             ran.append(f"memory selectors x{budget.memory} over {memories} MiB")
             memory()
+
+        # Explicit examples, as Hypothesis' explicit phase runs them: "a GPU but not a <board>" by each string
+        # attribute of NVIDIA's the generator draws from, on a node of only that board (the model: pending).
+        # A driver that misnames the attribute gets the claim the excluded board there (its published device
+        # lacks the attribute), which the board's real facts refute; random machine steps rarely draw this.
+        for node, selector in _exclusions(inventory):
+            memory_selector(subject.api, layout, bundles / "exclusions", (selector, False), identity.gpu_class,
+                            identity=identity, node=node)
+            ran.append(f"on {node}: {selector.part.attribute} != {selector.part.value!r}")
     except PropertyFailure as failure:
         evidence.write("violations.txt", str(failure))
         bundle = failure.bundle

@@ -10,7 +10,7 @@ from fake_gpus.driver.identity import DriverIdentity, current_identity
 from testbed.workloads.devices import Inventory
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
 from testbed.workloads.runner import Runner
-from testbed.workloads.selectors import MemoryCompare
+from testbed.workloads.selectors import AnySelector, MemoryCompare
 from testbed.workloads.strategies import COMPARISONS, partition_pods
 
 
@@ -63,15 +63,15 @@ def memory_selector_cases(memories: list[int]) -> st.SearchStrategy:
                      st.sampled_from((False, True)))
 
 
-def memory_selector(api, layout_yaml: str, bundle: Path, case: tuple[MemoryCompare, bool], gpu_class: str,
-                    context: dict | None = None, identity: DriverIdentity | None = None) -> dict:
-    """One pod whose claim selects whole GPUs by memory (one of them, or All): the allocation must satisfy
-    the selector on the published facts and on the board's real facts."""
+def memory_selector(api, layout_yaml: str, bundle: Path, case: tuple[AnySelector, bool], gpu_class: str,
+                    context: dict | None = None, identity: DriverIdentity | None = None, node: str | None = None) -> dict:
+    """One pod (on `node`, if given) whose claim selects whole GPUs by memory, or by another predicate (one
+    of them, or All): the allocation must satisfy the selector on the published facts and on the board's real facts."""
     selector, all_devices = case
     runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}), identity=identity or current_identity()).open()
     try:
         claim = ClaimSpec((Request("r0", (SubRequest("r0", gpu_class, (selector,), all_devices=all_devices),)),))
-        runner.arrive(PodSpec("p0", (PodClaim("t0", template=claim),)))
+        runner.arrive(PodSpec("p0", (PodClaim("t0", template=claim),), node=node))
         runner.depart("p0")
         return runner.stats
     finally:

@@ -45,10 +45,12 @@ def _profile(board: Board, device: Device):
 
 
 def true_device(device: Device) -> Device:
-    """`device` with its memory capacity as the catalog says (unchanged when the board is unknown)."""
+    """`device` with its memory capacity and architecture as the catalog says (unchanged when the board is unknown)."""
     board = board_of(device)
     if board is None:
         return device
+    if board.dra_architecture:  # what a selector on `architecture` means, whatever the driver calls it
+        device = replace(device, attributes={**device.attributes, f"{device.driver}/architecture": board.dra_architecture})
     if device.attribute("type") == "mig":
         profile = _profile(board, device)
         mib = profile.memory_mib if profile else None
