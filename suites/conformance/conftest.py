@@ -35,10 +35,11 @@ def matrix_out() -> Path:
 
 @pytest.fixture(scope="session")
 def observed(matrix_out: Path):
-    """Outcomes per fault run, filled by the tests; rendered as the matrix at the end of the session."""
+    """(outcomes, wall seconds) per fault run, filled by the tests; rendered as the matrix at the end of the session."""
     from testbed.conformance.faultmatrix import render
 
     runs: dict = {}
-    yield runs
+    walls: dict = {}
+    yield runs, walls
     if runs:
-        (matrix_out / "fault-matrix.md").write_text(render(runs))
+        (matrix_out / "fault-matrix.md").write_text(render(runs, walls=walls))

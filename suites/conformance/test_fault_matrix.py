@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,13 @@ def _through_the_cli(k8s: str, report: Path) -> list[Outcome]:
 @pytest.mark.parametrize("fault", matrix_faults())
 def test_exactly_the_tied_checks_fail(fault: str, request, tmp_path, observed, matrix_out) -> None:
     k8s = request.config.option.k8s
+    runs, walls = observed
+    started = time.monotonic()
     if fault == NO_FAULT:
         outcomes = _through_the_cli(k8s, matrix_out / "no-fault-report")
     else:
         outcomes = run_fault(fault, load_layout(str(DEFAULT_LAYOUT)), k8s, tmp_path)
-    observed[fault] = outcomes
+    runs[fault], walls[fault] = outcomes, time.monotonic() - started
     by_verdict = {v: sorted(o.id for o in outcomes if o.verdict == v) for v in (FAIL, ERROR, NOT_RUN)}
     messages = {o.id: o.message for o in outcomes if o.verdict != "pass"}
     assert not by_verdict[ERROR], f"the suite itself broke: {messages}"
@@ -49,6 +52,7 @@ def test_exactly_the_tied_checks_fail(fault: str, request, tmp_path, observed, m
 
 if len(matrix_faults()) > 3:  # the full matrix (nox -s conformance): every check was seen to bite
     def test_every_check_failed_under_some_fault(observed) -> None:
-        assert set(observed) == set(matrix_faults()), "runs missing: run the whole module"
-        bitten = {o.id for outcomes in observed.values() for o in outcomes if o.verdict == FAIL}
+        runs, _ = observed
+        assert set(runs) == set(matrix_faults()), "runs missing: run the whole module"
+        bitten = {o.id for outcomes in runs.values() for o in outcomes if o.verdict == FAIL}
         assert {c.id for c in runnable()} <= bitten, f"never failed: {sorted({c.id for c in runnable()} - bitten)}"

@@ -5,7 +5,8 @@ itself and waits until the driver's slices stop changing, so a driver that never
 the checks' finding (slices.served-api), not a failed `up`. A vendor's binary on KWOK needs its nodes at
 `up` (a plugin process per node), so that bed has no node control. The kind bed runs the driver as
 DaemonSets on real kubelets; the suite may restart, roll and pause them (driver_control) and runs its
-workload image in pods to read NVML there.
+workload image in pods to read NVML there. Every bed's API client retries what a loaded control plane
+drops (refused or cut connections, 429/5xx: testbed.apiretry), so only the driver's answers are findings.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from testbed.apiretry import retrying_client
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, NodeSpec
@@ -69,7 +71,7 @@ def kwok_bed(layout: Layout, k8s: str, driver: str | DriverSpec, env: dict[str, 
     try:
         up_layout = Layout((), name=layout.name) if ours else layout
         kubeconfig = cluster.create(ClusterSpec(name=name, k8s=k8s, layout=up_layout, driver=spec))
-        api = cluster.api_client()
+        api = retrying_client(str(kubeconfig))
 
         def restart() -> None:
             cluster.deploy_driver(spec)
@@ -134,7 +136,7 @@ def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
 
     workload = ensure_workload_image()
     cluster.load_images(workload, workers_only=True)
-    api = cluster.api_client()
+    api = retrying_client(str(cluster.kubeconfig()))
     nodes = [n.name for n in _kind_layout(api, layout).nodes]
 
     def settled(action):
@@ -160,7 +162,7 @@ def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
 @contextmanager
 def existing_bed(kubeconfig: str, driver: str, layout: Layout | None = None) -> Iterator[tuple[Subject, Path]]:
     """The cluster behind `kubeconfig`, as it is: no node control, no driver restarts."""
-    api = config.new_client_from_config(config_file=kubeconfig)
+    api = retrying_client(kubeconfig)
     try:
         yield Subject(api, driver, "existing", layout), Path(kubeconfig)
     finally:

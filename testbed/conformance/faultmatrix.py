@@ -8,6 +8,7 @@ out as a check x fault table (markdown), for the report and CI.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -47,18 +48,22 @@ def run_fault(fault: str, layout, k8s: str, root: Path, driver: str = "gpu.nvidi
 
 
 def run_fault_kind(fault: str, cluster, layout, root: Path, checks: Sequence[Check] | None = None,
-                   driver: str = "gpu.nvidia.com") -> list[Outcome]:
+                   driver: str = "gpu.nvidia.com", timings: dict[str, float] | None = None) -> list[Outcome]:
     """The kind matrix row of `fault`: our driver redeployed on the running kind bed with that switch (a
-    redeploy rolls every driver pod: minutes on a loaded machine, so the next row's switch replaces this
-    one directly and the caller restores the plain driver once), the node-only checks (or `checks`), then
-    the dynamic-MIG GPUs reset (a leaking fault must not spill into the next row)."""
+    redeploy restarts every driver pod at once, not node by node, and the next row's switch replaces this
+    one directly; the caller restores the plain driver once), the node-only checks (or `checks`), then
+    the dynamic-MIG GPUs reset (a leaking fault must not spill into the next row). `timings` gets the
+    redeploy's seconds ("redeploy")."""
     from fake_gpus.driver.faults import fault_env
     from fake_gpus.nvml.state import reset_state_dir
     from testbed.clusters.driver import DriverSpec
     from testbed.conformance.beds import kind_subject
     from testbed.conformance.run import run_checks
 
+    started = time.monotonic()
     cluster.deploy_driver(DriverSpec(name=driver, env={} if fault == NO_FAULT else fault_env([fault])))
+    if timings is not None:
+        timings["redeploy"] = time.monotonic() - started
     try:
         subject = kind_subject(cluster, layout, driver)
         try:
@@ -71,9 +76,10 @@ def run_fault_kind(fault: str, cluster, layout, root: Path, checks: Sequence[Che
                 reset_state_dir(cluster.home / "nodes" / node.name / "nvml")
 
 
-def render(observed: Mapping[str, Sequence[Outcome]], backend: str = KWOK) -> str:
+def render(observed: Mapping[str, Sequence[Outcome]], backend: str = KWOK, walls: Mapping[str, float] | None = None) -> str:
     """Markdown: one row per check, one column per fault run; `FAIL` where it failed, `pass`, `-` not run;
-    a `!` marks a cell that differs from the table's expectation."""
+    a `!` marks a cell that differs from the table's expectation; a last row gives each run's wall time
+    (`walls`: seconds per fault), when known."""
     columns = list(observed)
     lines = ["| check | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for check in runnable(backend):
@@ -85,4 +91,6 @@ def render(observed: Mapping[str, Sequence[Outcome]], backend: str = KWOK) -> st
             wrong = (verdict == "fail") != expected_fail or verdict == "error"
             cells.append(f"{shown}{' !' if wrong else ''}")
         lines.append(f"| {check.id} | " + " | ".join(cells) + " |")
+    if walls:
+        lines.append("| wall time | " + " | ".join(f"{walls[f]:.0f} s" if f in walls else "-" for f in columns) + " |")
     return "\n".join(lines) + "\n"

@@ -74,6 +74,7 @@ class OurDriver(KindDriver):
             if any(n.mode.kind in modes for n in layout.nodes):
                 groups.append({"name": mig, "mig": mig, "modes": list(modes)})
         manifest = cluster.home / "driver.yaml"
+        before = manifest.read_text() if manifest.is_file() else None
         manifest.write_text(render_template(
             "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=groups,
             image=image, state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=self.spec.process_env()))
@@ -85,6 +86,11 @@ class OurDriver(KindDriver):
             self.retire(cluster, NVIDIA_NAMESPACE)
             cluster.kubectl("apply", "-f", str(classes))
             cluster.kubectl("apply", "-f", str(manifest))
+            if before is not None and before != manifest.read_text():
+                # A redeploy with a new image or env: every node at once. The rolling update would replace the
+                # pods node by node (minutes per node on a loaded machine); node.rolling-update tests that path.
+                cluster.kubectl("-n", DRIVER_NAMESPACE, "delete", "pods", "-l", "app.kubernetes.io/name=dra-testbed-driver",
+                                "--wait=false")
             for group in groups:  # a redeploy (new image or env) must be rolled out before tests go on
                 cluster.kubectl("-n", DRIVER_NAMESPACE, "rollout", "status", f"daemonset/dra-testbed-driver-{group['name']}",
                                 f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
