@@ -32,6 +32,9 @@ from testbed.toolchain.resolve import ensure
 NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
 KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
 FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
+# kind gives a new node container a fixed 30 s to reach systemd's multi-user target, then fails with this
+SLOW_BOOT = "could not find a log line that matches"
+CREATE_ATTEMPTS = 2
 MAX_WORKERS, MAX_GPUS = 8, 32  # a kubelet container each; beyond these only with --allow-large
 
 
@@ -138,10 +141,7 @@ class KindCluster(Cluster):
         config = self.render_config(spec, nodes)
         kubeconfig = self.home / "kubeconfig"
         try:
-            with progress.step(f"kind create cluster {self.kind_name} ({len(nodes)} nodes, {image})"):
-                self._kind(kind, "create", "cluster", "--name", self.kind_name, "--image", image, "--config", str(config),
-                           "--kubeconfig", str(kubeconfig), "--retain", "--wait", f"{int(READY_TIMEOUT)}s",
-                           timeout=READY_TIMEOUT + 300)
+            self._create_nodes(kind, image, config, kubeconfig, len(nodes))
             kubeconfig.chmod(0o600)
             with progress.step("routing pod subnets between nodes"):
                 self.add_routes()
@@ -163,6 +163,26 @@ class KindCluster(Cluster):
             else:
                 self._teardown(kind, keep_home=True)
             raise
+
+    def _create_nodes(self, kind: Path, image: str, config: Path, kubeconfig: Path, count: int) -> None:
+        """`kind create cluster`, tried once more when a node's systemd missed kind's fixed 30 s to boot (seen
+        at load 60: "could not find a log line that matches ... Multi-User System"), after removing what it made."""
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                with progress.step(f"kind create cluster {self.kind_name} ({count} nodes, {image})"):
+                    self._kind(kind, "create", "cluster", "--name", self.kind_name, "--image", image, "--config", str(config),
+                               "--kubeconfig", str(kubeconfig), "--retain", "--wait", f"{int(READY_TIMEOUT)}s",
+                               timeout=READY_TIMEOUT + 300)
+                return
+            except ClusterError as exc:
+                if attempt == CREATE_ATTEMPTS or SLOW_BOOT not in str(exc):
+                    raise
+                progress.note(f"[yellow]a node booted slower than kind waits for (a loaded machine); removing it and "
+                              f"trying again ({attempt + 1} of {CREATE_ATTEMPTS})[/yellow]")
+                self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"),
+                           check=False)
+                for name in self.node_containers():
+                    docker("rm", "-f", "-v", name, check=False)
 
     def node_name(self, node: KindNode) -> str:
         """kind's container (= Kubernetes node) name of a planned node."""
