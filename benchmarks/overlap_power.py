@@ -50,7 +50,7 @@ from testbed.workloads.scenarios import partition_churn, partition_churn_cases, 
 from testbed.workloads.upstream import all_in_later_alternative_works  # noqa: E402
 
 # Recorded before any tuning: the first 8 hex digits of the commit adding the six switches, as it was first
-# made (1f30ce2b; rebased onto main since as 1444d6d), read as an integer;
+# made (1f30ce2b; on main, after rebasing, 2aa0018), read as an integer;
 # random.Random(HOLDOUT_SEED).sample(sorted(UNDERDECLARED), 2) picked HELD_OUT.
 HOLDOUT_SEED = 0x1F30CE2B
 HELD_OUT = ("underdeclared-3g71gb-middle", "underdeclared-3g40gb-first")

@@ -97,6 +97,21 @@ def dynamic_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
     yield from bring_up(request, DYNAMIC_LAYOUT, "dynamic")
 
 
+@pytest.fixture(scope="module")
+def dynamic_nodes(dynamic_bed: PropertyBed) -> dict[str, str]:
+    """The dynamic bed's partitionable nodes, with the catalog board of their GPUs."""
+    from testbed.workloads.scenarios import partitionable_nodes
+
+    nodes = partitionable_nodes(dynamic_bed.api)
+    if not nodes and dynamic_bed.brought_up:
+        # the bed's layout has dynamic-MIG nodes: finding none means the driver or the nodes are broken
+        wanted = sorted(n.name for n in dynamic_bed.layout.nodes if n.mode.kind == "dynamic-mig")
+        pytest.fail(f"the bed brought up partitionable nodes {wanted} but the cluster shows none", pytrace=False)
+    if not nodes:
+        pytest.skip("the --kubeconfig cluster has no partitionable (dynamic MIG) GPUs")  # allowed in suites/skips.yaml
+    return nodes
+
+
 def bundle_dir(bed: PropertyBed, request: pytest.FixtureRequest) -> Path:
     """Where a failing example of this test leaves its replay bundle."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in request.node.name)

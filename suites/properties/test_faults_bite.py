@@ -18,6 +18,8 @@ from hypothesis import Phase, given, seed, settings
 from fake_gpus.driver.faults import FAULTS_ENV, fault_env
 from fake_gpus.driver.identity import current_identity
 from suites.properties.conftest import FAULT_LAYOUT, bring_up
+from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.workloads.corpus import VRAM_CASES, churn_cases
 from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases
 from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases
 from testbed.workloads.runner import PropertyFailure
@@ -88,5 +90,34 @@ def test_overlap_sweep_catches_a_held_out_underdeclared_profile(request, tmp_pat
             with pytest.raises(PropertyFailure) as failure:
                 sweep()
             assert any("memory slice" in v.message for v in failure.value.violations), failure.value
+    finally:
+        next(bed_iter, None)  # tear the cluster down
+
+
+# The theme corpus under the faults its cases name: a partitionable H100 and whole H100 and H200 GPUs.
+THEME_LAYOUT = Layout((
+    NodeSpec("dyn-h100", "h100-80gb", 1, Mode("dynamic-mig")),
+    NodeSpec("h100-0", "h100-80gb", 1, Mode("whole")),
+    NodeSpec("h200-0", "h200-141gb", 1, Mode("whole")),
+), name="properties-theme-fault")
+THEME_FAULTS = sorted({c.fault for c in VRAM_CASES} | {c.fault for c in churn_cases({NODE: BOARD})})
+
+
+@pytest.mark.parametrize("fault", THEME_FAULTS)
+def test_theme_corpus_cases_fail_with_their_fault(fault: str, request, tmp_path) -> None:
+    """Every corpus case naming `fault` fails with a soundness violation once the driver has it on."""
+    bed_iter = bring_up(request, THEME_LAYOUT, f"theme-{fault}", env=fault_env([fault]))
+    bed = next(bed_iter)
+    context = {"faults": fault}
+    runs = [(f"{c.gib}GiB", lambda b, c=c: memory_selector(bed.api, bed.layout_yaml, b, c.case, current_identity().gpu_class, context))
+            for c in VRAM_CASES if c.fault == fault]
+    runs += [(c.name, lambda b, c=c: partition_churn(bed.api, bed.layout_yaml, b, c.case, context))
+             for c in churn_cases({NODE: BOARD}) if c.fault == fault]
+    assert runs, f"no corpus case names {fault}"
+    try:
+        for name, run in runs:
+            with pytest.raises(PropertyFailure) as failure:
+                run(tmp_path / name)
+            assert any(v.property == "soundness" for v in failure.value.violations), f"{name}: {failure.value}"
     finally:
         next(bed_iter, None)  # tear the cluster down

@@ -13,21 +13,9 @@ from suites.properties.conftest import bundle_dir
 from testbed.workloads.machine import allocation_machine
 from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases, sweep_examples
 from testbed.workloads.upstream import all_in_later_alternative_works
-from testbed.workloads.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
+from testbed.workloads.scenarios import partition_churn, partition_churn_cases
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def dynamic_nodes(dynamic_bed) -> dict[str, str]:
-    nodes = partitionable_nodes(dynamic_bed.api)
-    if not nodes and dynamic_bed.brought_up:
-        # the bed's layout has dynamic-MIG nodes: finding none means the driver or the nodes are broken
-        wanted = sorted(n.name for n in dynamic_bed.layout.nodes if n.mode.kind == "dynamic-mig")
-        pytest.fail(f"the bed brought up partitionable nodes {wanted} but the cluster shows none", pytrace=False)
-    if not nodes:
-        pytest.skip("the --kubeconfig cluster has no partitionable (dynamic MIG) GPUs")  # allowed in suites/skips.yaml
-    return nodes
 
 
 @given(data=st.data())
