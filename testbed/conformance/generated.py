@@ -1,8 +1,8 @@
 """Generated workloads on the driver's own slices, checked step by step against the reference model.
 
 The arrivals-and-departures machine of suites/properties (testbed/workloads/machine.py) runs on the
-subject's cluster, then partition churn on its partitionable GPUs and memory selectors on its whole
-GPUs. Every allocation is checked against the oracle over the published slices and against the
+subject's cluster, then partition churn and one overlap sweep (testbed/workloads/overlap.py) on its
+partitionable GPUs and memory selectors on its whole GPUs. Every allocation is checked against the oracle over the published slices and against the
 products' real facts (testbed/workloads/truth.py). Hypothesis runs derandomized with no example
 database, so a run is repeatable and its seed is recorded in the report.
 """
@@ -22,6 +22,7 @@ from testbed.conformance.outcome import CheckFailed, Evidence
 from testbed.conformance.subject import Subject
 from testbed.workloads.bundle import layout_from_nodes, layout_yaml
 from testbed.workloads.machine import allocation_machine
+from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases
 from testbed.workloads.runner import PropertyFailure
 from testbed.workloads.selectors import Not, StringIs
 from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases, partitionable_nodes
@@ -91,6 +92,13 @@ def generated(subject: Subject, evidence: Evidence) -> None:
                 partition_churn(subject.api, layout, bundles / "churn", case, identity=identity)
             ran.append(f"partition churn x{budget.churn} on {sorted(nodes)}")
             churn()
+
+            @_settings(1)
+            @given(probes=overlap_sweep_cases(nodes))
+            def sweep(probes):  # every partition beside a one-slice partition: finds an under-declared profile
+                overlap_sweep(subject.api, layout, bundles / "sweep", probes, identity=identity)
+            ran.append(f"overlap sweep on {sorted(nodes)}")
+            sweep()
 
         inventory = Inventory.from_slices(subject.slices())
         memories = sorted({b.memory_mib for d in inventory.devices.values()
