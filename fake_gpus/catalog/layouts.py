@@ -20,9 +20,10 @@ def layout_fits(profiles: tuple[GpuInstanceProfile, ...], counts: Mapping[str, i
     unknown = sorted(set(counts) - set(by_name))
     if unknown:
         raise CatalogError(f"unknown MIG profiles {unknown}; valid profiles: {', '.join(by_name)}")
-    wanted = [by_name[n] for n, c in counts.items() for _ in range(c)]
-    if any(counts[p.name] > p.max_instances for p in wanted):
+    # the instance limit first: a count is expanded into a list below (a count of 2**40 once grew a fuzz run to 13.6 GB)
+    if any(c > by_name[n].max_instances for n, c in counts.items()):
         return False
+    wanted = [by_name[n] for n, c in counts.items() for _ in range(c)]
     if sum(p.slice_count for p in wanted) > COMPUTE_SLICES:
         return False
     return find_placements([[(s, p.memory_slices) for s in p.placements] for p in wanted], slices) is not None

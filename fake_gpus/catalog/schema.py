@@ -174,7 +174,7 @@ def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sour
     if not isinstance(raw, dict) or not isinstance(raw.get("layouts"), dict):
         raise ctx.fail("mig_layouts", f"is {raw!r:.40}", "a mapping with 'layouts: {name: {profile: count}}' and 'sources'")
     srcs = sources_of(ctx, "mig_layouts", raw)
-    names = {g.name for g in gis}
+    names = {g.name: g for g in gis}
     out: dict[str, Mapping[str, int]] = {}
     for name, counts in raw["layouts"].items():
         key = f"mig_layouts.{name}"
@@ -183,8 +183,8 @@ def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sour
         for prof, n in counts.items():
             if prof not in names:
                 raise ctx.fail(key, f"names unknown profile {prof!r}", ", ".join(sorted(names)))
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ctx.fail(f"{key}.{prof}", f"is {n!r}", "a positive integer")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= names[prof].max_instances:
+                raise ctx.fail(f"{key}.{prof}", f"is {n!r:.40}", f"1 to {names[prof].max_instances} (the profile's max_instances)")
         if not layout_fits(gis, counts, slices):
             raise ctx.fail(key, f"{counts} cannot be placed on one GPU",
                            f"counts whose placements fit disjointly in {slices} memory slices and {COMPUTE_SLICES} compute slices")

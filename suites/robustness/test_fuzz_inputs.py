@@ -18,6 +18,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -195,7 +197,7 @@ def mutate_data(data: Any, rnd: random.Random) -> Any:
         if isinstance(value, bool):
             parent[key] = not value
         elif isinstance(value, int):
-            parent[key] = value + rnd.choice([-value - 1, -1, 1, 7, 10**6])
+            parent[key] = value + rnd.choice([-value - 1, -1, 1, 7, 10**6, 2**40])
         elif isinstance(value, str):
             parent[key] = value[:-1] if value and rnd.random() < 0.5 else value + rnd.choice(["x", "0", "-", " "])
         else:
@@ -340,6 +342,30 @@ def test_board_file_mutations_never_trace_back(tmp_path: Path, board: str) -> No
     case()
     record(f"board-{board}", counts)
     assert counts["refused"] > 0, dict(counts)
+
+
+BOARD_BOMB = """
+import resource, sys, yaml
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a regression fails here, not in the machine's OOM killer
+from fake_gpus.catalog import BOARDS_DIR, CatalogError, load_board_file
+board = yaml.safe_load((BOARDS_DIR / "h100-80gb.yaml").read_text())
+board["mig_layouts"]["layouts"]["all-1g.10gb"]["1g.10gb"] = 2**40
+path = Path(sys.argv[1]) / "h100-80gb.yaml"
+path.write_text(yaml.safe_dump(board))
+try:
+    load_board_file(path)
+except CatalogError as exc:
+    print(exc)
+"""
+
+
+def test_a_huge_mig_layout_count_is_refused_before_anything_is_allocated(tmp_path: Path) -> None:
+    # found by the board-file fuzz: a layout count of 2**40 was expanded into a list (13.6 GB RSS and rising)
+    done = subprocess.run([sys.executable, "-c", BOARD_BOMB, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-800:]
+    assert done.stdout.strip() == ("h100-80gb.yaml: mig_layouts.all-1g.10gb.1g.10gb: is 1099511627776; "
+                                   "valid: 1 to 7 (the profile's max_instances)"), done.stdout
 
 
 @pytest.mark.parametrize("file", ["steps.json", "layout.yaml", "context.json", "bundle.json"])
