@@ -23,11 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from hostenv.mounts import unmount_below
 from hostenv.processes import stream, terminate
 from testbed import leftovers, progress
 from testbed import freshnet
 from testbed.freshnet import private_network
-from testbed.clusters.kind.rootfs import debootstrap, unmount_below
+from testbed.clusters.kind.rootfs import debootstrap
 
 FRESH_SITE = ("pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "README")  # what ensurepip leaves
 CA_SETTINGS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",

@@ -15,7 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from hostenv.mounts import mount_points
+
 SUBNET = ipaddress.ip_network("10.250.213.0/30")  # a /30 no one here routes; checked before use
+NETNS_DIR = Path("/run/netns")  # where `ip netns` names namespaces
 
 
 def _run(*args: str) -> None:
@@ -56,6 +59,7 @@ def private_network(tag: str | None = None) -> Iterator[list[str]]:
     host_ip, inner_ip = f"{SUBNET[1]}/{SUBNET.prefixlen}", f"{SUBNET[2]}/{SUBNET.prefixlen}"
     inside = ["ip", "netns", "exec", name]
     added: list[tuple[str, ...]] = []
+    netns_was_mounted = str(NETNS_DIR) in mount_points()
     try:
         _run("ip", "netns", "add", name)
         _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", inner_if, "netns", name)
@@ -74,3 +78,15 @@ def private_network(tag: str | None = None) -> Iterator[list[str]]:
             _quiet("iptables", "-t", table, "-D", chain, *match)
         _quiet("ip", "link", "del", host_if)
         _quiet("ip", "netns", "del", name)
+        release_netns_dir(netns_was_mounted)
+
+
+def release_netns_dir(was_mounted: bool) -> bool:
+    """Unmount /run/netns when `ip netns add` mounted it for us (it bind-mounts the folder onto itself and
+    `ip netns del` leaves that) and no namespace of anyone's is left in it; True when unmounted."""
+    if was_mounted or str(NETNS_DIR) not in mount_points() or (NETNS_DIR.is_dir() and any(NETNS_DIR.iterdir())):
+        return False
+    while str(NETNS_DIR) in mount_points():  # `ip netns` may have stacked it twice (bind, then make-shared)
+        if subprocess.run(["umount", str(NETNS_DIR)], capture_output=True).returncode != 0:
+            return False
+    return True

@@ -15,6 +15,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hostenv.dirs import cache_root, state_root
+from hostenv.mounts import mount_points, mounted_below
+
 # processes a test bed starts; a snapshot names those left running
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller", "kwokctl",
               "kubelet", "dockerd", "containerd", "containerd-shim", "kind", "fake_gpus.driver", "debootstrap")
@@ -92,10 +95,28 @@ def _address(hex_address: str) -> str:
 
 def mounts() -> list[str]:
     """Mount points of this mount namespace."""
-    try:
-        return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    except OSError:
-        return []
+    return mount_points()
+
+
+def stale_mounts() -> list[str]:
+    """Mounts of ours that nothing uses any more: anything under the cache, such as a stopped dockerd's data
+    root (it bind-mounts it onto itself) and its exec root, /run/netns with no namespace left in it (`ip netns add` mounts it and `del`
+    leaves it), and anything mounted under the clusters' state (kind and KWOK homes, kwokctl's workdir)."""
+    from testbed.clusters.kind.dockerd import engine_mounts, started_pid  # the engine's own layout
+
+    in_use = set(engine_mounts()) if started_pid() is not None or _foreign_dockerd_on(engine_mounts()) else set()
+    found = [m for m in mounted_below(cache_root()) + engine_mounts() if m not in in_use]
+    netns = Path("/run/netns")
+    if str(netns) in mount_points() and not (netns.is_dir() and any(netns.iterdir())):
+        found.append(str(netns))
+    found += mounted_below(state_root())
+    return sorted(set(found))
+
+
+def _foreign_dockerd_on(points: list[str]) -> bool:
+    """Whether a dockerd we did not record (another run's pid file, a restart by hand) runs with our config."""
+    config = str(cache_root() / "docker" / "daemon.json")
+    return bool(points) and any("dockerd" in line.split(" ", 1)[0] and config in line for line in processes().values())
 
 
 def network_namespaces() -> list[str]:
@@ -138,10 +159,11 @@ class Found:
         return "; ".join(f"{k}: {v}" for k, v in asdict(self).items() if v) or "nothing"
 
 
-def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = ()) -> Found:
+def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = (), stale: bool = False) -> Found:
     """Processes whose command line names `marker`, `ports` still listened on by such a process (or by one
     whose command line cannot be read), mounts under it, and files under it other than the names in `keep`
-    (lock files and the like, which a later run reuses)."""
+    (lock files and the like, which a later run reuses); with `stale`, also every stale mount of ours
+    (`stale_mounts`: those outside `marker` that a run left, e.g. a stopped dockerd's)."""
     text = str(marker)
     files = []
     if marker.exists():
@@ -154,7 +176,7 @@ def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = ()) 
     return Found(
         processes=ours,
         ports=sorted(held),
-        mounts=[m for m in mounts() if m == text or m.startswith(text + "/")],
+        mounts=sorted(set(mounted_below(marker)) | set(stale_mounts() if stale else [])),
         files=files,
     )
 
@@ -166,6 +188,7 @@ def snapshot() -> dict:
                       if any(c in line.split(" ", 1)[0] or f"-m {c}" in line for c in COMPONENTS)},
         "ports": sorted(listening_ports()),
         "mounts": mounts(),
+        "stale_mounts": stale_mounts(),
         "netns": network_namespaces(),
         "containers": containers(),
         "temp": temp_entries(),
@@ -177,7 +200,8 @@ def diff(before: dict, after: dict) -> Found:
     return Found(
         processes={int(pid): line for pid, line in after["processes"].items() if pid not in before["processes"]},
         ports=sorted(set(after["ports"]) - set(before["ports"])),
-        mounts=sorted(set(after["mounts"]) - set(before["mounts"])),
+        mounts=sorted((set(after["mounts"]) - set(before["mounts"])) |
+                      (set(after.get("stale_mounts", [])) - set(before.get("stale_mounts", [])))),
         containers=sorted(set(after["containers"]) - set(before["containers"])),
         netns=sorted(set(after["netns"]) - set(before["netns"])),
         temp=sorted(set(after["temp"]) - set(before["temp"])),

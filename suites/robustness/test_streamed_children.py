@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.clusters.kind.rootfs import unmount_below
+from hostenv.mounts import unmount_below
 from hostenv.processes import alive, stream
 from testbed.interrupts import Terminated
 

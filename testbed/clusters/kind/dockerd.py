@@ -18,11 +18,14 @@ import time
 from pathlib import Path
 
 from hostenv.dirs import cache_root, state_root
+from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import terminate
 from testbed import hostdeps, progress
 
 RUNTIME_NAME = "dra-testbed-runc"
 START_TIMEOUT = 60.0
+EXEC_ROOT = Path("/run/dra-testbed-docker")
+_started_here: set[int] = set()  # pids of the dockerds this process started
 
 
 class DockerError(RuntimeError):
@@ -83,7 +86,7 @@ def write_daemon_config(runtime: Path) -> Path:
     """daemon.json: our data root, our runtime as the default one."""
     config = {
         "data-root": str(engine_dir() / "data"),
-        "exec-root": "/run/dra-testbed-docker",
+        "exec-root": str(EXEC_ROOT),
         "pidfile": str(run_dir() / "dockerd.daemon.pid"),  # dockerd's own; ours is dockerd.pid
         "runtimes": {RUNTIME_NAME: {"path": str(runtime)}},
         "default-runtime": RUNTIME_NAME,
@@ -121,6 +124,7 @@ def ensure_engine() -> str:
         proc = subprocess.Popen([dockerd, "--config-file", str(config)], stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         (run_dir() / "dockerd.pid").write_text(str(proc.pid))
+        _started_here.add(proc.pid)
         deadline = time.monotonic() + START_TIMEOUT
         while not engine_running():
             if proc.poll() is not None:
@@ -144,7 +148,30 @@ def stop_engine(timeout: float = 30.0) -> bool:
     except (ProcessLookupError, PermissionError):
         pass
     (run_dir() / "dockerd.pid").unlink(missing_ok=True)
+    unmount_engine()
     return True
+
+
+def engine_mounts() -> list[str]:
+    """What a dockerd of ours mounts and may leave mounted once it is gone: its data root (which it
+    bind-mounts onto itself to make it private) and the netns and shm mounts under its exec root."""
+    return mounted_below(engine_dir() / "data") + mounted_below(EXEC_ROOT)
+
+
+def unmount_engine() -> None:
+    """Take down the mounts of a dockerd of ours that no longer runs (never while one does)."""
+    if started_pid() is None:
+        unmount_below(engine_dir() / "data")
+        unmount_below(EXEC_ROOT)
+
+
+def stop_engine_started_here() -> bool:
+    """Stop the dockerd this very process started (not one that ran before, nor another run's), when idle."""
+    pid = started_pid()
+    if pid is None or pid not in _started_here:
+        return False
+    _started_here.discard(pid)
+    return stop_engine_if_idle()
 
 
 def stop_engine_if_idle() -> bool:

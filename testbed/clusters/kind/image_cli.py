@@ -13,10 +13,15 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     from testbed.clusters.kind.node_image import ensure_node_image
     from testbed.clusters.kind.driver_image import ensure_driver_image, ensure_workload_image
 
-    built = {"node": ensure_node_image(args.k8s, prefer_kindest=not args.offline, rebuild=args.rebuild).reference}
-    if not args.node_only:
-        built["workload"] = ensure_workload_image()
-        built["driver"] = ensure_driver_image()
+    from testbed.clusters.kind.dockerd import stop_engine_started_here
+
+    try:
+        built = {"node": ensure_node_image(args.k8s, prefer_kindest=not args.offline, rebuild=args.rebuild).reference}
+        if not args.node_only:
+            built["workload"] = ensure_workload_image()
+            built["driver"] = ensure_driver_image()
+    finally:  # a dockerd the build had to start goes again (one that was running stays), also on failure or a signal
+        stop_engine_started_here()
     print(json.dumps(built, indent=2))
     return 0
 

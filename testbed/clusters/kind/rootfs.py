@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from hostenv.dirs import cache_root
+from hostenv.mounts import unmount_below
 from hostenv.processes import stream
 from testbed import hostdeps, progress
 
@@ -53,18 +54,6 @@ def _debootstrap() -> str:
     except hostdeps.HostDepsMissing as exc:
         raise RootfsError(str(exc)) from exc
     return shutil.which("debootstrap") or "/usr/sbin/debootstrap"
-
-
-def unmount_below(root: Path) -> None:
-    """Lazily unmount everything mounted at or under `root`, deepest first (debootstrap mounts /proc and
-    /sys in its target; a chroot may have more), so that removing `root` never reaches into the host."""
-    prefix = str(root.resolve())
-    try:
-        points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    except OSError:
-        return
-    for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def debootstrap(root: Path, packages: tuple[str, ...], log: Path, step: progress.Step) -> None:
