@@ -35,11 +35,18 @@ def matrix_out() -> Path:
 
 @pytest.fixture(scope="session")
 def observed(matrix_out: Path):
-    """(outcomes, wall seconds) per fault run, filled by the tests; rendered as the matrix at the end of the session."""
-    from testbed.conformance.faultmatrix import render
+    """(outcomes, record) of the fault runs: record(fault, outcomes, wall seconds) keeps a run and writes it
+    (rows/<fault>.json) and the matrix so far (fault-matrix.md), so a long run shows what it has."""
+    from testbed.conformance.faultmatrix import render, row_json
 
     runs: dict = {}
     walls: dict = {}
-    yield runs, walls
-    if runs:
+
+    def record(fault: str, outcomes, wall: float) -> None:
+        runs[fault], walls[fault] = outcomes, wall
         (matrix_out / "fault-matrix.md").write_text(render(runs, walls=walls))
+        rows = matrix_out / "rows"
+        rows.mkdir(exist_ok=True)
+        (rows / f"{fault}.json").write_text(row_json(fault, outcomes, wall))
+
+    yield runs, record

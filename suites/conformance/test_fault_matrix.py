@@ -34,13 +34,13 @@ def _through_the_cli(k8s: str, report: Path) -> list[Outcome]:
 @pytest.mark.parametrize("fault", matrix_faults())
 def test_exactly_the_tied_checks_fail(fault: str, request, tmp_path, observed, matrix_out) -> None:
     k8s = request.config.option.k8s
-    runs, walls = observed
+    _, record = observed
     started = time.monotonic()
     if fault == NO_FAULT:
         outcomes = _through_the_cli(k8s, matrix_out / "no-fault-report")
     else:
         outcomes = run_fault(fault, load_layout(str(DEFAULT_LAYOUT)), k8s, tmp_path)
-    runs[fault], walls[fault] = outcomes, time.monotonic() - started
+    record(fault, outcomes, time.monotonic() - started)
     by_verdict = {v: sorted(o.id for o in outcomes if o.verdict == v) for v in (FAIL, ERROR, NOT_RUN)}
     messages = {o.id: o.message for o in outcomes if o.verdict != "pass"}
     assert not by_verdict[ERROR], f"the suite itself broke: {messages}"

@@ -8,7 +8,6 @@ over two checks. The rendered matrix goes to $DRA_TESTBED_CONFORMANCE_OUT as kin
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -19,7 +18,7 @@ import pytest
 
 from suites.conformance.conftest import MATRIX_ENV
 from testbed.conformance.checks import BY_ID, KIND, LIFECYCLE
-from testbed.conformance.faultmatrix import NO_FAULT, faults, render, run_fault_kind, runnable
+from testbed.conformance.faultmatrix import NO_FAULT, faults, render, row_json, run_fault_kind, runnable
 from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kind, pytest.mark.slow]
@@ -78,9 +77,7 @@ def kind_observed(matrix_out: Path):
         (matrix_out / "kind-fault-matrix.md").write_text(render(runs, KIND, walls))
         rows = matrix_out / "kind-rows"
         rows.mkdir(exist_ok=True)
-        (rows / f"{fault}.json").write_text(json.dumps({"fault": fault, "wall_s": round(wall, 1),
-                                                     "redeploy_s": round(redeploy, 1) if redeploy is not None else None, "checks": [
-            {"id": o.id, "verdict": o.verdict, "duration": round(o.duration, 1), "message": o.message} for o in outcomes]}, indent=1))
+        (rows / f"{fault}.json").write_text(row_json(fault, outcomes, wall, redeploy=redeploy))
 
     yield runs, record
 

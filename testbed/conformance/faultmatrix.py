@@ -76,6 +76,15 @@ def run_fault_kind(fault: str, cluster, layout, root: Path, checks: Sequence[Che
                 reset_state_dir(cluster.home / "nodes" / node.name / "nvml")
 
 
+def row_json(fault: str, outcomes: Sequence[Outcome], wall: float, **extra: float | None) -> str:
+    """One fault run as JSON: its wall time (and `extra` timings, in seconds) and every check's verdict."""
+    import json
+
+    return json.dumps({"fault": fault, "wall_s": round(wall, 1), **{f"{k}_s": None if v is None else round(v, 1) for k, v in extra.items()},
+                       "checks": [{"id": o.id, "verdict": o.verdict, "duration": round(o.duration, 1), "message": o.message}
+                                  for o in outcomes]}, indent=1)
+
+
 def render(observed: Mapping[str, Sequence[Outcome]], backend: str = KWOK, walls: Mapping[str, float] | None = None) -> str:
     """Markdown: one row per check, one column per fault run; `FAIL` where it failed, `pass`, `-` not run;
     a `!` marks a cell that differs from the table's expectation; a last row gives each run's wall time

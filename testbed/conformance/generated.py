@@ -72,6 +72,15 @@ def _exclusions(inventory: Inventory) -> list[tuple[str, Not]]:
             for attribute, value in (("productName", b.product_name), ("architecture", b.dra_architecture))]
 
 
+def _finding(exc: BaseException) -> PropertyFailure | AssertionError | None:
+    """The first property failure (else assertion) in `exc`, looking inside exception groups: Hypothesis
+    raises a group when one run finds several distinct failures."""
+    if isinstance(exc, BaseExceptionGroup):
+        found = [f for e in exc.exceptions if (f := _finding(e)) is not None]
+        return next((f for f in found if isinstance(f, PropertyFailure)), found[0] if found else None)
+    return exc if isinstance(exc, (PropertyFailure, AssertionError)) else None
+
+
 def generated(subject: Subject, evidence: Evidence) -> None:
     identity = DriverIdentity(subject.driver)
     budget = Budget.from_env()
@@ -119,17 +128,20 @@ def generated(subject: Subject, evidence: Evidence) -> None:
             memory_selector(subject.api, layout, bundles / "exclusions", (selector, False), identity.gpu_class,
                             identity=identity, node=node)
             ran.append(f"on {node}: {selector.part.attribute} != {selector.part.value!r}")
-    except PropertyFailure as failure:
-        evidence.write("violations.txt", str(failure))
-        bundle = failure.bundle
+    except Exception as exc:  # noqa: BLE001 - a finding, or several (Hypothesis groups distinct failures), or a bug
+        found = _finding(exc)
+        if found is None:
+            raise
+        if isinstance(found, AssertionError):  # e.g. DeviceClasses the model cannot stand for
+            raise CheckFailed(f"after {', '.join(ran)}: {str(found).splitlines()[0]}") from None
+        evidence.write("violations.txt", str(found))
+        bundle = found.bundle
         if bundle and Path(bundle).is_dir():
             for f in sorted(Path(bundle).iterdir()):
                 if f.is_file():
                     evidence.write(f"bundle/{f.name}", f.read_text())
-        first = failure.violations[0] if failure.violations else None
-        raise CheckFailed(f"after {', '.join(ran)}: [{first.property}] {first.message}" if first else str(failure)) from None
-    except AssertionError as exc:  # e.g. DeviceClasses the model cannot stand for
-        raise CheckFailed(f"after {', '.join(ran)}: {str(exc).splitlines()[0]}") from None
+        first = found.violations[0] if found.violations else None
+        raise CheckFailed(f"after {', '.join(ran)}: [{first.property}] {first.message}" if first else str(found)) from None
     finally:
         evidence.write("runs.json", {"ran": ran, "stats": stats, "seed": "derandomized (Hypothesis derandomize=True, no database)",
                                      "budget": budget.__dict__})
