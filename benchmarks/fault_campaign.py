@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", default="4,10", help="seconds between kills, MIN,MAX")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"fault runs after the clean ones (default {','.join(FAULTS)}; 'none': no fault runs)")
     p.add_argument("--report", type=Path, default=Path("reports/campaign"))
+    p.add_argument("--label", default="bench", help="part of the clusters' names (campaign-LABEL-...), so that runs side by side do not collide")
     args = p.parse_args(argv)
     try:
         lo, hi = (float(x) for x in args.interval.split(","))
@@ -53,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     started = time.monotonic()
     settings = dict(examples=args.examples, steps=args.steps)
-    with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [], f"bench-{os.getpid()}", args.k8s, **settings) as session:
+    with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [], f"{args.label}-{os.getpid()}", args.k8s, **settings) as session:
         runs["kills"] = session.run(args.kills, first_seed=args.seed, interval=(lo, hi))
         runs["zero kills"] = session.run(0, seeds=[s.seed for s in runs["kills"].seeds])
     for fault in faults:
         # a leak is what is still there 30 s after the claims are gone (the clean runs allow 60 s)
-        with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [fault], f"bench-{fault}-{os.getpid()}", args.k8s, **settings,
+        with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [fault], f"{args.label}-{fault}-{os.getpid()}", args.k8s, **settings,
                               quiet_timeout=30.0) as session:
             runs[f"{fault}, kills"] = session.run(args.fault_kills, first_seed=args.seed, interval=(lo, hi), max_seeds=6)
             runs[f"{fault}, zero kills"] = session.run(0, seeds=[s.seed for s in runs[f"{fault}, kills"].seeds])

@@ -4,7 +4,8 @@ A KWOK cluster of ours runs the publisher and the stand-in kubelet (python -m te
 starts each node's kubelet plugin on demand and again whenever it exits: the stand-in is the plugins'
 supervisor, as a kubelet is a DaemonSet pod's. The campaign adopts the publisher, the stand-in and
 kwokctl's etcd, kube-apiserver and kube-scheduler from their pid files into its Restart=always
-supervisor, and only kills and watches the plugins. The stand-in is supervised but never killed.
+supervisor, and only kills and watches the plugins. The stand-in, the controller-manager and the
+kwok-controller are supervised but never killed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from testbed.kubelet.process import KUBELET_PID, ON_DEMAND_DIR
 
 # component kind -> kwokctl's name for its process
 CONTROL_PLANE = {"etcd": "etcd", "apiserver": "kube-apiserver", "scheduler": "kube-scheduler"}
+WATCHED = {"controller-manager": "kube-controller-manager", "kwok-controller": "kwok-controller"}
 
 
 class KwokTarget:
@@ -50,6 +52,9 @@ class KwokTarget:
         units.append(Unit.adopt("standin-kubelet", "kubelet", self.home / KUBELET_PID))
         units.append(Unit.adopt("publisher", "publisher", self.home / "publisher.pid"))
         units += [Unit.adopt(name, kind, self.kwok_dir / "pids" / f"{name}.pid") for kind, name in CONTROL_PLANE.items()]
+        # never killed, but restarted and counted if they exit: the claims' deallocation (controller-manager)
+        # and the nodes' and pods' status (kwok-controller) must not quietly stop for the rest of a run
+        units += [Unit.adopt(name, kind, self.kwok_dir / "pids" / f"{name}.pid") for kind, name in WATCHED.items()]
         return units
 
     def stop(self) -> None:
