@@ -159,7 +159,7 @@ def _read_gpus(path: Path) -> list[GpuRecord]:
     keys = board_keys()
     f = path / "gpus"
     if not f.is_file():
-        raise StateError(f"{f}: missing: {path} is not a fake-nvml state directory")
+        raise StateError(f"{f}: missing: {path} is not a fake-nvml state directory; valid: a directory `fake-nvml env --state-dir` made")
     lines = f.read_text(errors="replace").splitlines()
     if not lines or lines[0].split()[:1] != [GPUS_MAGIC]:
         raise StateError(f"{f}: not a fake-nvml state file (first line must be '{GPUS_MAGIC} {FORMAT_VERSION}')")
@@ -233,7 +233,7 @@ def validate_state_dir(path: str | os.PathLike[str]) -> tuple[list[GpuRecord], M
     if not p.is_dir():
         raise StateError(f"{p}: state directory does not exist")
     if not (p / "lock").is_file():
-        raise StateError(f"{p / 'lock'}: missing: {p} is not a fake-nvml state directory")
+        raise StateError(f"{p / 'lock'}: missing: {p} is not a fake-nvml state directory; valid: a directory `fake-nvml env --state-dir` made")
     with locked(p, exclusive=False):
         gpus = _read_gpus(p)
         return gpus, _read_mig(p, gpus)
@@ -255,6 +255,9 @@ def create_state_dir(path: str | os.PathLike[str], boards: Sequence[tuple[str, i
     p = Path(path)
     wanted = _gpu_records(p, boards)
     if p.exists() and any(p.iterdir()):
+        if not (p / "lock").is_file():  # someone's files: never written into
+            raise StateError(f"{p}: holds files but is not a fake-nvml state directory; valid: a new or empty directory, "
+                             f"or one `fake-nvml env --state-dir` made before")
         gpus, _ = validate_state_dir(p)
         if [(g.board, g.uuid) for g in gpus] != [(g.board, g.uuid) for g in wanted]:
             have = ", ".join(sorted({f"{g.board}:{sum(x.board == g.board for x in gpus)}" for g in gpus}))
