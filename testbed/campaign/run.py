@@ -169,6 +169,7 @@ class Campaign:
     mig_percent: int = 50
     bound: float = 150.0  # seconds the scheduler gets per pod: it may be restarting
     quiet_timeout: float = 60.0  # seconds for the nodes to release what an example's claims held
+    ready_timeout: float = 420.0  # seconds for the cluster to be back before a seed (a kubelet backs off up to 5 min)
     context: dict = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -187,6 +188,20 @@ class Campaign:
         problems += double_prepared(self.target.node_states())
         self.observed_double += problems
         self._count("observations")
+
+    def wait_ready(self) -> bool:
+        """Every supervised unit runs again and the API answers (within `ready_timeout`)."""
+        deadline = time.monotonic() + self.ready_timeout
+        if not self.supervisor.wait_running(timeout=self.ready_timeout):
+            return False
+        while True:
+            try:
+                self.core.list_namespace(limit=1)
+                return True
+            except Exception:  # noqa: BLE001 - not answering yet (the client has retried already)
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(1.0)
 
     def leftovers(self, timeout: float | None = None) -> Leaks:
         """What the nodes still hold for claims that are gone, once it stops shrinking (or `timeout`)."""
@@ -289,6 +304,12 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
                     break
                 current = first_seed + n
             n += 1
+            # never start a seed on a cluster still coming back (a kubelet's back-off can keep a static pod down
+            # for minutes): on kind 46 seeds once failed at their first call, in no time, after 8 kills
+            if not campaign.wait_ready():
+                result.errors.append(f"seed {current}: the cluster was not back (every unit running, API answering) "
+                                     f"within {campaign.ready_timeout:.0f}s; no further seeds")
+                break
             outcome = campaign.run_seed(current)
             result.seeds.append(outcome)
             progress(f"seed {current}: {outcome.verdict} ({outcome.examples} examples, {outcome.wall:.0f}s, kills so far {len(chaos.kills)})")
