@@ -144,3 +144,29 @@ def test_nvidia_time_slicing_runs_our_nvidia_smi(testbed, namespace, nvidia_node
     finally:
         kubelet.close()
     assert _gpu_settings(node.views.state_dir, uuid) == (0, 0)
+
+
+def test_nvidia_7g_prepare_fails_on_our_h100_as_on_real_hardware(testbed, namespace, nvidia_node):
+    """NVIDIA's dynamic-MIG spec of the full-size profile carries compute-instance profile 7_SLICE_NVL (the
+    last C == G == 7 profile go-nvlib's walk yields); NVML of a GPU without it answers Not Supported, after
+    the plugin created the GPU instance, whose rollback then fails. Upstream kubernetes-sigs/dra-driver-nvidia-gpu
+    issue 1480 shows the same on a real A100 (`'7g.40gb(8,0)': Not Supported`); found by conformance on kind.
+    Our fake must fail the same way (a fake that accepted any profile would hide it); the GPU instance left
+    behind, without a compute instance, is the driver's leak (its rollback finds no parent)."""
+    from testbed.kubelet.standin import PrepareError
+
+    node = nvidia_node("h100-80gb", 1, "dynamic-mig")
+    plugin.wait_published(testbed.api, node)
+    testbed.resource.create_namespaced_resource_claim(
+        namespace, _claim("full", "mig.nvidia.com", "device.attributes['gpu.nvidia.com'].profile == '7g.80gb'"))
+    testbed.core.create_namespaced_pod(namespace, _pod(node.node, ["full"]))
+    pod, _ = _wait_reserved(testbed, namespace, "gpu-pod")
+    kubelet = StandInKubelet(node.node, plugin.DRIVER, node.plugins_dir.parent / "plugins_registry")
+    try:
+        kubelet.register()
+        with pytest.raises(PrepareError, match=r"error getting Compute instance profile info for '7g\.80gb': Not Supported"):
+            kubelet.prepare_pod(testbed.api, pod)
+    finally:
+        kubelet.close()
+    mig = _instances(node.views.state_dir)
+    assert [(gi.profile_id, gi.start, gi.size) for gi in mig.gpu_instances] == [(0, 0, 8)] and mig.compute_instances == [], mig
