@@ -14,7 +14,7 @@ run does). On the clean driver the current run (churn + machine) and the sweep a
 and machine are the same code and examples in both runs, so the new run's time is their time plus the
 sweep's. The held-out faults were picked by a recorded seed before any tuning (HOLDOUT_SEED).
 
-    python benchmarks/overlap_power.py [--seeds 20] [--clean-seeds 2] [--faults held-out|all|NAME,...] [--json]
+    python benchmarks/overlap_power.py [--seeds 20] [--first-seed 0] [--clean-seeds 2] [--faults held-out|all|NAME,...] [--json]
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def pick_faults(text: str) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per fault (0, 1, ... N-1)")
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per fault (--first-seed, ... --first-seed + N - 1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="to continue an interrupted run on a fresh bed")
     parser.add_argument("--clean-seeds", type=int, default=2, help="seeds of the clean-driver timing")
     parser.add_argument("--faults", default="all", help="held-out, all, or a comma-separated list")
     parser.add_argument("--json", action="store_true")
@@ -146,7 +147,7 @@ def main() -> int:
                 cluster.deploy_driver(DriverSpec().with_env(fault_env([fault])))
                 parts = ci_parts(api, layout_yaml(layout), {"faults": fault_env([fault])[FAULTS_ENV]})
                 runs = []
-                for s in range(args.seeds):
+                for s in range(args.first_seed, args.first_seed + args.seeds):
                     seconds, found = run_parts([parts["sweep"], parts["churn"], parts["machine"]], s, hunting, bundles)
                     caught = bool(found) and any(marker in found for marker in OVERLAP)
                     runs.append({"seed": s, "caught": caught, "seconds": round(sum(seconds.values()), 1), "by": found})
