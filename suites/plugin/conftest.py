@@ -61,17 +61,22 @@ def apiserver(bed) -> Iterator[ApiServer]:
 
 @pytest.fixture
 def make_claim(apiserver: ApiServer) -> Callable[..., ClaimId]:
-    """make_claim(["gpu-0-mig-1g10gb-19-3"], pool=NODE) -> a claim allocated exactly these devices."""
+    """make_claim(["gpu-0-mig-1g10gb-19-3"], pool=NODE, admin=False) -> a claim allocated exactly these devices
+    (with adminAccess when `admin`)."""
 
-    def make(devices: Sequence[str], pool: str = NODE, driver: str = DRIVER, allocate: bool = True) -> ClaimId:
+    def make(devices: Sequence[str], pool: str = NODE, driver: str = DRIVER, allocate: bool = True, admin: bool = False) -> ClaimId:
         resource = client.ResourceV1Api(apiserver.api)
         name = f"claim-{uuid.uuid4().hex[:8]}"
+        if admin:  # what the API asks of admin access
+            client.CoreV1Api(apiserver.api).patch_namespace(apiserver.namespace, {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}})
         body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": f"gpu.{DRIVER.split('.', 1)[1]}",
-                                                                               "allocationMode": "ExactCount", "count": max(1, len(devices))}}]}}}
+                                                                               "allocationMode": "ExactCount", "count": max(1, len(devices)),
+                                                                               **({"adminAccess": True} if admin else {})}}]}}}
         created = resource.create_namespaced_resource_claim(apiserver.namespace, body)
         if allocate:
-            results = [{"request": "gpu", "driver": driver, "pool": pool, "device": d} for d in devices]
+            results = [{"request": "gpu", "driver": driver, "pool": pool, "device": d, **({"adminAccess": True} if admin else {})}
+                       for d in devices]
             selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}
             resource.patch_namespaced_resource_claim_status(
                 name, apiserver.namespace, {"status": {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}})

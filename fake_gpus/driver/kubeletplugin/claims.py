@@ -19,6 +19,7 @@ class AllocatedDevice:
     request: str
     pool: str
     device: str
+    admin: bool = False  # allocated with adminAccess
 
 
 def api_client(kubeconfig: str) -> client.ApiClient:
@@ -51,5 +52,5 @@ def allocated_devices(claim: dict, uid: str, driver: str, pool: str) -> list[All
     if not allocation:
         raise ClaimError(f"{where} is not allocated")
     results = (allocation.get("devices") or {}).get("results") or []
-    return [AllocatedDevice(r["request"], r["pool"], r["device"]) for r in results
+    return [AllocatedDevice(r["request"], r["pool"], r["device"], bool(r.get("adminAccess"))) for r in results
             if r.get("driver") == driver and r.get("pool") == pool]

@@ -93,7 +93,8 @@ class Driver:
             return record.devices
         claim = self.read_claim(ref.namespace, ref.name)
         allocated = allocated_devices(claim, ref.uid, self.settings.driver, self.settings.pool_name)
-        plans = [self._plan(ref.uid, device, requests, record) for device, requests in _by_device(allocated).items()]
+        admin = {a.device for a in allocated if a.admin}
+        plans = [self._plan(ref.uid, device, requests, record, device in admin) for device, requests in _by_device(allocated).items()]
         record = ClaimRecord(ref.namespace, ref.name, PREPARING, planned=[p.mig for p in plans if p.mig and (p.existing is None or p.adopt)])
         self.checkpoint.claims[ref.uid] = record
         self.checkpoint.save()  # before creating anything: a crash from here on leaks nothing
@@ -113,7 +114,7 @@ class Driver:
         self.checkpoint.save()
         return devices
 
-    def _plan(self, uid: str, device: str, requests: list[str], record: ClaimRecord | None) -> _Planned:
+    def _plan(self, uid: str, device: str, requests: list[str], record: ClaimRecord | None, admin: bool = False) -> _Planned:
         """Resolve a device name against NVML; DeviceError when the node has no such device (any more)."""
         try:
             ref = parse_device_name(device)
@@ -122,8 +123,10 @@ class Driver:
         handle, profile, size = self.nvml.resolve(ref)
         gpu_uuid = _s(pynvml.nvmlDeviceGetUUID(handle))
         if profile is None:
-            owner = self._owner(gpu_uuid, device, uid) if "admin-access-refused" in self.settings.faults else None
-            if owner:  # the fault: a whole GPU treated as exclusive, so an admin-access claim on it is refused
+            # the fault: a whole GPU treated as exclusive against admin access, so an admin-access claim on a
+            # held GPU is refused (only admin claims: another claim may meet a predecessor not unprepared yet)
+            owner = self._owner(gpu_uuid, device, uid) if admin and "admin-access-refused" in self.settings.faults else None
+            if owner:
                 raise DeviceError(f"device {device} is already prepared for claim {owner}")
             return _Planned(device, requests, gpu_uuid)
         assert ref.start is not None and size is not None
