@@ -12,7 +12,8 @@ import pytest
 
 from testbed.errors import BadInputError
 from testbed.upstream import exceptions
-from testbed.upstream.binary import dra_packages
+from testbed.toolchain import gobuild
+from testbed.upstream.binary import dra_packages, framework_imports
 from testbed.upstream.groups import group_of
 from testbed.upstream.report import Spec, read_specs, summarise
 
@@ -126,3 +127,17 @@ def test_parallel_run_hands_ginkgo_flags_before_and_suite_flags_after_the_binary
     assert args[cut - 1] == "/b/e2e.test"
     assert {"--procs=3", "--flake-attempts=2", r"--focus=\[DRA\]", r"--skip=\[Slow\]", "--timeout=90m"} <= set(args[:cut])
     assert {"--kubeconfig=/k/kc", "--provider=skeleton"} <= set(args[cut:])
+
+
+def test_framework_imports_are_read_from_the_releases_e2e_test(tmp_path: Path) -> None:
+    # 1.37 moved test/utils/format to test/utils/ktesting/format (the old directory holds only a _test.go file, so a
+    # hard-coded import of it broke the build); the suite's own package list stays out
+    e2e = tmp_path / "test" / "e2e"
+    e2e.mkdir(parents=True)
+    (e2e / "e2e_test.go").write_text('import (\n\t"testing"\n\n\t_ "k8s.io/kubernetes/test/e2e/feature"\n\t_ "k8s.io/kubernetes/test/e2e/dra"\n'
+                                     '\t_ "k8s.io/kubernetes/test/e2e/framework/debug/init"\n\t_ "k8s.io/kubernetes/test/utils/ktesting/format"\n)\n')
+    assert framework_imports(tmp_path) == ["k8s.io/kubernetes/test/e2e/feature", "k8s.io/kubernetes/test/e2e/framework/debug/init",
+                                           "k8s.io/kubernetes/test/utils/ktesting/format"]
+    (e2e / "e2e_test.go").write_text('import (\n\t_ "k8s.io/kubernetes/test/e2e/dra"\n)\n')
+    with pytest.raises(gobuild.BuildError, match="imports no framework packages"):
+        framework_imports(tmp_path)

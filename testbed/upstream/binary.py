@@ -20,14 +20,18 @@ BINARY = "e2e.test"
 # Compiles run under `nice -n 10`: the machine is shared and the build takes minutes.
 # A package holds DRA tests when it labels a spec "DRA" or gates one on the DRA feature.
 _DRA_MARK = re.compile(r'WithLabel\("DRA"\)|features?\.DynamicResourceAllocation\b')
-# Imported by the full e2e.test for their side effects: feature constants and framework hooks.
-_FRAMEWORK_IMPORTS = (
-    "k8s.io/kubernetes/test/e2e/feature",
-    "k8s.io/kubernetes/test/e2e/framework/debug/init",
-    "k8s.io/kubernetes/test/e2e/framework/metrics/init",
-    "k8s.io/kubernetes/test/e2e/framework/node/init",
-    "k8s.io/kubernetes/test/utils/format",
-)
+# The full e2e.test's blank imports for side effects (feature constants, framework hooks), read from the
+# release's own test/e2e/e2e_test.go: they move between releases (1.37: test/utils/ktesting/format).
+_FRAMEWORK_IMPORT = re.compile(r'^\s*_\s+"(k8s\.io/kubernetes/test/(?:e2e/feature|e2e/framework/[^"]+|utils/[^"]+))"', re.M)
+
+
+def framework_imports(module_dir: Path) -> list[str]:
+    """The feature and framework packages the release's full e2e.test imports for their side effects."""
+    found = _FRAMEWORK_IMPORT.findall((module_dir / "test" / "e2e" / "e2e_test.go").read_text())
+    if not found:
+        raise gobuild.BuildError(f"{module_dir}/test/e2e/e2e_test.go imports no framework packages (layout changed?)")
+    return found
+
 
 # The flag handling and suite entry of test/e2e/e2e_test.go, over only the DRA packages.
 _MAIN_TEST = """package drae2e
@@ -93,7 +97,7 @@ def build_e2e(release: Release, version: str, out: Path, log: Path, progress: go
         raise gobuild.BuildError(f"no DRA test packages found under {module_dir}/test/e2e")
     suite = work / "drae2e"
     suite.mkdir()
-    imports = ["k8s.io/kubernetes/test/e2e", *_FRAMEWORK_IMPORTS, *packages]
+    imports = ["k8s.io/kubernetes/test/e2e", *framework_imports(module_dir), *packages]
     # a non-test file with every import lets `go build -v` compile (and name, for progress) each package first
     body = "\n".join(f'\t_ "{imp}"' for imp in imports)
     (suite / "imports.go").write_text(f"package drae2e\n\nimport (\n{body}\n)\n")
