@@ -85,7 +85,12 @@ def generated(subject: Subject, evidence: Evidence) -> None:
     identity = DriverIdentity(subject.driver)
     budget = Budget.from_env()
     layout = layout_yaml(subject.layout) if subject.layout else layout_yaml(layout_from_nodes(subject.core))
-    bundles = Path(tempfile.mkdtemp(prefix="conformance-bundle-"))
+    with tempfile.TemporaryDirectory(prefix="conformance-bundle-") as scratch:  # a finding's files go to evidence
+        _generated(subject, evidence, identity, budget, layout, Path(scratch))
+
+
+def _generated(subject: Subject, evidence: Evidence, identity: DriverIdentity, budget: Budget, layout: str,
+               bundles: Path) -> None:
     stats: dict[str, int] = {}
     ran: list[str] = []
     try:
@@ -132,7 +137,7 @@ def generated(subject: Subject, evidence: Evidence) -> None:
         found = _finding(exc)
         if found is None:
             raise
-        if isinstance(found, AssertionError):  # e.g. DeviceClasses the model cannot stand for
+        if not isinstance(found, PropertyFailure):  # an assertion, e.g. DeviceClasses the model cannot stand for
             raise CheckFailed(f"after {', '.join(ran)}: {str(found).splitlines()[0]}") from None
         evidence.write("violations.txt", str(found))
         bundle = found.bundle
