@@ -1,7 +1,7 @@
 """An API client that rides out a control-plane restart: idempotent retries of every call.
 
 While the apiserver or etcd restarts, a call is refused (connection refused), cut off (connection
-reset, read error) or answered 429/500/502/503/504. `RetryingApiClient` retries such a call with a
+reset, read error, a TLS session cut mid-handshake or mid-answer) or answered 429/500/502/503/504. `RetryingApiClient` retries such a call with a
 short backoff until `budget` seconds have passed, as client-go's retrying transports do. A retry must
 not turn one request into two outcomes: a create (POST) that may have reached the server before it
 failed and is then answered 409 AlreadyExists is answered with the object that exists; a DELETE
@@ -42,11 +42,14 @@ class RetryingApiClient(client.ApiClient):
             reason = None
             try:
                 response = super().call_api(method, url, header_params, body, post_params, _request_timeout)
-            except urllib3.exceptions.HTTPError as exc:
-                # a refused connection never sent the request; anything later may have reached the server
+            except (urllib3.exceptions.HTTPError, rest.ApiException) as exc:
+                if isinstance(exc, rest.ApiException) and exc.status != 0:
+                    raise  # the server's own answer, not a lost one
+                # a refused connection never sent the request; anything later may have reached the server.
+                # The client wraps a TLS connection the apiserver cut (it was killed) as ApiException status 0.
                 refused = isinstance(getattr(exc, "reason", exc), urllib3.exceptions.NewConnectionError)
                 ambiguous = ambiguous or not refused
-                reason = f"{type(exc).__name__}"
+                reason = "SSLError" if isinstance(exc, rest.ApiException) else type(exc).__name__
                 if time.monotonic() + delay > deadline:
                     raise
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -130,6 +131,34 @@ def test_refused_connections_are_retried_until_the_budget(tmp_path) -> None:
         client.CoreV1Api(api).read_namespace("x")
     assert api.retries >= 2 and time.monotonic() - start >= 1.0
     api.close()
+
+
+def test_a_tls_session_the_apiserver_cuts_is_retried_until_the_budget() -> None:
+    """A killed apiserver cuts TLS connections: the client raises ApiException(status=0, SSLError ...), seen on
+    kind as the campaign's one false failure; it is a lost answer like a reset, so it is retried."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def cut() -> None:  # accept, then close before the TLS handshake is answered
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.close()
+
+    threading.Thread(target=cut, daemon=True).start()
+    configuration = client.Configuration()
+    configuration.host = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    configuration.verify_ssl = False
+    api = RetryingApiClient(configuration, budget=1.5)
+    with pytest.raises(client.ApiException) as failure:
+        client.CoreV1Api(api).read_namespace("x")
+    assert failure.value.status == 0 and "SSLError" in str(failure.value.reason)
+    assert api.retries >= 2 and len(accepted) == api.retries + 1
+    api.close()
+    listener.close()
 
 
 def test_the_supervisor_restarts_a_killed_unit_with_its_command_line_and_counts_crashes(tmp_path: Path) -> None:
