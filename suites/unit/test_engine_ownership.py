@@ -5,7 +5,9 @@ is the one ensure_engine writes, under a state directory of the test's own."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,12 @@ def _wait_gone(pid: int) -> None:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(pid), f"the dockerd stand-in {pid} still runs"
+
+
+def test_a_niced_caller_starts_the_engine_at_normal_priority() -> None:
+    """The shared engine must not inherit one niced job's priority (every kind node would run at it)."""
+    code = ("import os, subprocess, sys; os.nice(7); from testbed.clusters.kind.dockerd import at_normal_priority; "
+            "p = subprocess.Popen(at_normal_priority(['sleep', '30'])); import time; time.sleep(0.3); "
+            "print(open(f'/proc/{p.pid}/stat').read().rsplit(')', 1)[1].split()[16]); p.kill()")
+    nice = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert nice == ("0" if os.geteuid() == 0 else "7")

@@ -109,6 +109,16 @@ def started_pid() -> int | None:
     return pid
 
 
+def at_normal_priority(argv: list[str]) -> list[str]:
+    """`argv` run at nice 0 when the caller is niced and may lower it (root): the engine outlives the command
+    and serves every cluster on the machine, so it must not keep one niced job's priority (seen: a dockerd
+    started under `nice -n 15` ran every kind node at 15)."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current > 0 and os.geteuid() == 0 and shutil.which("nice"):
+        return ["nice", "-n", str(-current), *argv]  # nice execs argv: the pid stays the engine's
+    return argv
+
+
 def ensure_engine() -> str:
     """Make a Docker engine answer; returns "running" (someone else's or ours) or "started" (just now)."""
     if engine_running():
@@ -121,7 +131,7 @@ def ensure_engine() -> str:
     run_dir().mkdir(parents=True, exist_ok=True)
     log = run_dir() / "dockerd.log"
     with progress.step(f"starting dockerd (log: {log})") as step, log.open("a") as sink:
-        proc = subprocess.Popen([dockerd, "--config-file", str(config)], stdout=sink, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(at_normal_priority([dockerd, "--config-file", str(config)]), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         (run_dir() / "dockerd.pid").write_text(str(proc.pid))
         _started_here.add(proc.pid)
