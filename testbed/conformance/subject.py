@@ -88,13 +88,20 @@ class Subject(ApiViews):
         return name
 
     def drop_namespace(self, name: str, timeout: float = 60.0) -> None:
-        """Delete the namespace's pods and claims, wait until the claims are gone (devices free), then it."""
+        """Delete the namespace's pods, wait until they are gone (their devices unprepared on the node), then
+        its claims (devices free), then it."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-            self.resource.delete_collection_namespaced_resource_claim(name)
+            # Not grace 0: a force-deleted pod leaves the API at once, its claims are freed and the next check's
+            # claim may get the same device while the kubelet has not unprepared it yet (seen on kind: "device
+            # ... is still prepared for claim" of the previous check). With a grace period the kubelet removes
+            # the pod only once its resources are unprepared (PodCouldHaveRunningContainers).
+            self.core.delete_collection_namespaced_pod(name, grace_period_seconds=1)
             deadline = time.monotonic() + timeout
+            while self.core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.resource.delete_collection_namespaced_resource_claim(name)
             while self.resource.list_namespaced_resource_claim(name).items and time.monotonic() < deadline:
                 time.sleep(0.2)
             self.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))
