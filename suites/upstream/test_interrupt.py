@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,8 +95,17 @@ def test_sigterm_reaches_ginkgo_workers_and_leaves_nothing(testbed, request: pyt
     assert "interrupted (SIGTERM)" in output, output[-500:]
     left = {pid: prog for pid, prog in workers.items() if alive(pid)}
     assert not left, f"left running after upstream-e2e exited: {left}"
-    # the workers got the signal and reported (ginkgo writes the report after they have): a spec was interrupted
+    # the workers got the signal: a spec was interrupted, after one had passed. Ginkgo writes report.json once the
+    # workers report back; when one dies in upstream's own cleanup first (seen on 1.34: dra/utils/deploy.go calls
+    # DeferCleanup inside a DeferCleanup callback), the report is empty and ginkgo says why, and what the
+    # workers streamed to e2e.log is the record
     report = json.loads((tmp_path / "report.json").read_text())
     states = [spec["State"] for suite in report for spec in suite.get("SpecReports") or []]
-    assert "interrupted" in states or report[0].get("SpecialSuiteFailureReasons"), (took, states)
-    assert any(state == "passed" for state in states), states
+    if report:
+        assert "interrupted" in states or report[0].get("SpecialSuiteFailureReasons"), (took, states)
+        assert any(state == "passed" for state in states), states
+    else:
+        specs = [line for line in (tmp_path / "e2e.log").read_text(errors="replace").splitlines() if line.startswith("•")]
+        assert "timed out waiting for all parallel procs to report back" in (tmp_path / "e2e.log").read_text(errors="replace")
+        assert any("[INTERRUPTED]" in line for line in specs), (took, specs)
+        assert any(re.match(r"• \[[0-9.]+ seconds\]", line) for line in specs), specs
