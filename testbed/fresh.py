@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostenv.mounts import unmount_below
+from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import stream, terminate
 from testbed import leftovers, progress
 from testbed import freshnet
@@ -100,7 +100,7 @@ def _left_by(root: Path) -> list[str]:
     """What the fresh machine left: processes rooted in it, mounts under it, the chroot, its network."""
     target = str(root.resolve())
     left = [f"pid {pid}" for pid in leftovers.processes() if _root_of(pid) == target]
-    left += [f"mount {m}" for m in leftovers.mounts() if m == target or m.startswith(target + "/")]
+    left += [f"mount {m}" for m in mounted_below(target)]
     left += [f"dir {root}"] if root.exists() else []
     return left + freshnet.leftovers()
 

@@ -40,7 +40,7 @@ def leftovers(tag: str | None = None) -> list[str]:
     """What of the network of run `tag` is still there (namespace, veth, iptables rules); [] when nothing."""
     tag = tag or str(os.getpid())
     name, host_if = f"dra-fresh-{tag}", f"dfh{tag}"[:15]
-    left = [f"netns {name}"] if Path(f"/run/netns/{name}").exists() else []
+    left = [f"netns {name}"] if (NETNS_DIR / name).exists() else []
     left += [f"link {host_if}"] if Path(f"/sys/class/net/{host_if}").exists() else []
     for table, chain, *match in _rules(host_if):
         if subprocess.run(["iptables", "-t", table, "-C", chain, *match], capture_output=True).returncode == 0:
@@ -81,10 +81,15 @@ def private_network(tag: str | None = None) -> Iterator[list[str]]:
         release_netns_dir(netns_was_mounted)
 
 
+def netns_dir_idle() -> bool:
+    """Whether /run/netns is mounted with no namespace of anyone's left in it (what `ip netns` leaves)."""
+    return str(NETNS_DIR) in mount_points() and not (NETNS_DIR.is_dir() and any(NETNS_DIR.iterdir()))
+
+
 def release_netns_dir(was_mounted: bool) -> bool:
     """Unmount /run/netns when `ip netns add` mounted it for us (it bind-mounts the folder onto itself and
     `ip netns del` leaves that) and no namespace of anyone's is left in it; True when unmounted."""
-    if was_mounted or str(NETNS_DIR) not in mount_points() or (NETNS_DIR.is_dir() and any(NETNS_DIR.iterdir())):
+    if was_mounted or not netns_dir_idle():
         return False
     while str(NETNS_DIR) in mount_points():  # `ip netns` may have stacked it twice (bind, then make-shared)
         if subprocess.run(["umount", str(NETNS_DIR)], capture_output=True).returncode != 0:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hostenv.dirs import cache_root, state_root
 from hostenv.mounts import mount_points, mounted_below
+from testbed.freshnet import NETNS_DIR, netns_dir_idle
 
 # processes a test bed starts; a snapshot names those left running
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller", "kwokctl",
@@ -93,22 +94,17 @@ def _address(hex_address: str) -> str:
     return hex_address
 
 
-def mounts() -> list[str]:
-    """Mount points of this mount namespace."""
-    return mount_points()
-
-
 def stale_mounts() -> list[str]:
     """Mounts of ours that nothing uses any more: anything under the cache, such as a stopped dockerd's data
     root (it bind-mounts it onto itself) and its exec root, /run/netns with no namespace left in it (`ip netns add` mounts it and `del`
     leaves it), and anything mounted under the clusters' state (kind and KWOK homes, kwokctl's workdir)."""
     from testbed.clusters.kind.dockerd import engine_mounts, started_pid  # the engine's own layout
 
-    in_use = set(engine_mounts()) if started_pid() is not None or _foreign_dockerd_on(engine_mounts()) else set()
-    found = [m for m in mounted_below(cache_root()) + engine_mounts() if m not in in_use]
-    netns = Path("/run/netns")
-    if str(netns) in mount_points() and not (netns.is_dir() and any(netns.iterdir())):
-        found.append(str(netns))
+    engine = engine_mounts()
+    in_use = set(engine) if started_pid() is not None or _foreign_dockerd_on(engine) else set()
+    found = [m for m in mounted_below(cache_root()) + engine if m not in in_use]
+    if netns_dir_idle():
+        found.append(str(NETNS_DIR))
     found += mounted_below(state_root())
     return sorted(set(found))
 
@@ -187,7 +183,7 @@ def snapshot() -> dict:
         "processes": {str(pid): line for pid, line in processes().items()
                       if any(c in line.split(" ", 1)[0] or f"-m {c}" in line for c in COMPONENTS)},
         "ports": sorted(listening_ports()),
-        "mounts": mounts(),
+        "mounts": mount_points(),
         "stale_mounts": stale_mounts(),
         "netns": network_namespaces(),
         "containers": containers(),
