@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, given, seed, settings
 
+from fake_gpus.catalog import get_board
 from fake_gpus.driver.faults import FAULTS_ENV, fault_env
 from fake_gpus.driver.identity import current_identity
 from suites.properties.conftest import FAULT_LAYOUT, bring_up
 from testbed.clusters.layout import Layout, Mode, NodeSpec
-from testbed.workloads.corpus import VRAM_CASES, churn_cases
+from testbed.workloads.corpus import GIB, VRAM_CASES, churn_cases
 from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases
 from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases
 from testbed.workloads.runner import PropertyFailure
@@ -100,6 +101,13 @@ THEME_LAYOUT = Layout((
     NodeSpec("h100-0", "h100-80gb", 1, Mode("whole")),
     NodeSpec("h200-0", "h200-141gb", 1, Mode("whole")),
 ), name="properties-theme-fault")
+
+
+def _pushed_over(board_key: str, gib: int) -> bool:
+    """The board really is under `gib` GiB, and published at twice its memory (wrong-memory) it is not."""
+    return get_board(board_key).memory_mib < gib * GIB <= 2 * get_board(board_key).memory_mib
+
+
 THEME_FAULTS = sorted({c.fault for c in VRAM_CASES} | {c.fault for c in churn_cases({NODE: BOARD})})
 
 
@@ -109,8 +117,12 @@ def test_theme_corpus_cases_fail_with_their_fault(fault: str, request, tmp_path)
     bed_iter = bring_up(request, THEME_LAYOUT, f"theme-{fault}", env=fault_env([fault]))
     bed = next(bed_iter)
     context = {"faults": fault}
-    runs = [(f"{c.gib}GiB", lambda b, c=c: memory_selector(bed.api, bed.layout_yaml, b, c.case, current_identity().gpu_class, context))
-            for c in VRAM_CASES if c.fault == fault]
+    # Pinned to each whole GPU the fault pushes over the boundary: unpinned, the scheduler may pick a board
+    # that really is that big, and the claim is then rightly satisfied (CI's wrong-memory 80 GiB case got the H200).
+    runs = [(f"{c.gib}GiB-{spec.name}", lambda b, c=c, n=spec.name: memory_selector(
+                bed.api, bed.layout_yaml, b, c.case, current_identity().gpu_class, context, node=n))
+            for c in VRAM_CASES if c.fault == fault
+            for spec in THEME_LAYOUT.nodes if spec.mode.kind == "whole" and _pushed_over(spec.board, c.gib)]
     runs += [(c.name, lambda b, c=c: partition_churn(bed.api, bed.layout_yaml, b, c.case, context))
              for c in churn_cases({NODE: BOARD}) if c.fault == fault]
     assert runs, f"no corpus case names {fault}"
