@@ -25,6 +25,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import urllib3
+import yaml
 from kubernetes import client
 
 from fake_gpus.driver.paging import pages
@@ -174,6 +176,24 @@ def save_profile(api: client.ApiClient, folder: Path | None, name: str, query: s
     (folder / f"apiserver-{name}.pb.gz").write_bytes(response.data)
 
 
+def save_component_heaps(cluster: KwokCluster, api: client.ApiClient, folder: Path | None) -> None:
+    """The scheduler's and controller-manager's heap profiles into `folder`: their secure ports serve pprof to
+    the admin's client certificate (their serving certificates are self-signed: not verified, loopback only)."""
+    if folder is None:
+        return
+    options = next(d for d in yaml.safe_load_all((cluster.kwok_dir / "kwok.yaml").read_text())
+                   if isinstance(d, dict) and d.get("kind") == "KwokctlConfiguration")["options"]
+    cfg = api.configuration
+    pool = urllib3.PoolManager(cert_file=cfg.cert_file, key_file=cfg.key_file, cert_reqs="CERT_NONE")
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    for component, option in (("kube-scheduler", "kubeSchedulerPort"), ("kube-controller-manager", "kubeControllerManagerPort")):
+        response = pool.request("GET", f"https://127.0.0.1:{options[option]}/debug/pprof/heap", timeout=120)
+        if response.status == 200:
+            (folder / f"{component}-heap.pb.gz").write_bytes(response.data)
+        else:
+            print(f"  no heap profile of {component}: HTTP {response.status}", flush=True)
+
+
 def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", profile: Path | None = None,
         stock: bool = False) -> dict:
     name = f"bench-{uuid.uuid4().hex[:6]}"
@@ -200,6 +220,7 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         publish_seconds = time.monotonic() - started
         cpu_published = cpu_seconds(processes(cluster))
         save_profile(api, profile, "heap")
+        save_component_heaps(cluster, api, profile)
         n_slices, n_devices = check_pools(api, nodes)
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
         all_rss = peak_rss(processes(cluster))

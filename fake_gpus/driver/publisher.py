@@ -40,6 +40,7 @@ from fake_gpus.node import Mode, NodeHardware, hardware_from_labels
 DRIVER_LABEL = "dra-testbed.io/driver"  # "nvidia": NVIDIA's own plugin serves the node, not this publisher
 POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
+MACHINE_WORKERS = 4  # threads making nodes' hardware files (first publish)
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
 Provision = Callable[[Path, NodeHardware], object]  # makes a node's hardware in its state dir: the machine's part
 
@@ -258,6 +259,10 @@ class Publisher:
                 self.found.setdefault(node, {})[s["metadata"]["name"]] = spec_digest(s["spec"])
             self.published[node] = (max(generation, s["spec"]["pool"]["generation"]), specs)
 
+    def _provisioned(self, cfg: NodeConfig) -> NodeConfig:
+        self.provision(cfg)
+        return cfg
+
     def add(self, node) -> list[Future]:
         cfg = node_config(node)
         if cfg is None or cfg.name in self.nodes:
@@ -282,12 +287,17 @@ class Publisher:
         self.load_published()
         listing = self.core.list_node()
         futures: list[Future] = []
-        for node in listing.items:
-            futures += self.add(node)
-            if len(futures) > IN_FLIGHT:  # bounded: the bodies of thousands of nodes must not pile up in memory
-                for f in futures[:IN_FLIGHT // 2]:
-                    f.result()
-                futures = futures[IN_FLIGHT // 2:]
+        wanted = [c for c in map(node_config, listing.items) if c is not None and c.name not in self.nodes]
+        # The machine's part (files of every node's hardware and OS views) waits on the disk more than it
+        # computes: made by a few threads ahead of the driver's part, in order, as the driver asks for them.
+        with ThreadPoolExecutor(MACHINE_WORKERS) as machine:
+            for cfg in machine.map(self._provisioned, wanted):
+                self.nodes[cfg.name] = cfg
+                futures += self.sync(cfg)
+                if len(futures) > IN_FLIGHT:  # bounded: the bodies of thousands of nodes must not pile up in memory
+                    for f in futures[:IN_FLIGHT // 2]:
+                        f.result()
+                    futures = futures[IN_FLIGHT // 2:]
         present = {n.metadata.name for n in listing.items}
         for gone in [n for n in self.published if n not in present]:
             futures += self.forget(gone)

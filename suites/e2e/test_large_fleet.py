@@ -1,6 +1,7 @@
 """`--allow-large` brings the control plane up with the large-fleet settings (testbed/clusters/kwok/tuning.py),
 read back from the running components: the slices' watch cache is off while other resources keep theirs,
-the three Go components collect at GOGC=50 and the device-taint eviction controller does not run."""
+the apiserver authorizes by RBAC alone (no Node authorizer graph), the scheduler and controller-manager
+collect at GOGC=50 and the device-taint eviction controller does not run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kubernetes import client
 
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
-from testbed.clusters.kwok.tuning import GOGC
+from testbed.clusters.kwok.tuning import GO_COMPONENTS, GOGC
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 
 pytestmark = pytest.mark.cluster
@@ -47,7 +48,10 @@ def test_large_fleet_settings_are_in_force_only_when_asked_for(large: bool) -> N
             api.close()
         pids = cluster.pids()
         for component in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
-            assert (environ(pids[component]).get("GOGC") == GOGC) is large, component
+            assert (environ(pids[component]).get("GOGC") == GOGC) is (large and component in GO_COMPONENTS), component
+        apiserver = Path(f"/proc/{pids['kube-apiserver']}/cmdline").read_bytes().decode().split("\0")
+        modes = [a.split("=", 1)[1] for a in apiserver if a.startswith("--authorization-mode=")]
+        assert modes == (["RBAC"] if large else ["Node,RBAC"]), modes
         kcm = Path(f"/proc/{pids['kube-controller-manager']}/cmdline").read_bytes().decode()
         assert ("-device-taint-eviction-controller" in kcm) is large
     finally:

@@ -16,6 +16,7 @@ from filelock import FileLock
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fake_gpus.driver.paging import pages
 from fake_gpus.driver.publisher import preload_api_modules
 from hostenv.dirs import state_root
 from hostenv.processes import alive, run_group, started_from, terminate
@@ -258,9 +259,11 @@ class KwokCluster(Cluster):
         deadline = time.monotonic() + timeout
         wanted = {n.name for n in layout.nodes}
         while True:
-            nodes = core.list_node().items
-            ready = {n.metadata.name for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))}
-            sliced = {s.spec.node_name for s in resource.list_resource_slice().items}
+            checked = time.monotonic()
+            # undecoded and paged: decoding a large fleet's nodes and slices into objects takes seconds each
+            ready = {n["metadata"]["name"] for n in pages(core.list_node)
+                     if any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or [])}
+            sliced = {s["spec"].get("nodeName") for s in pages(resource.list_resource_slice)}
             accounts = core.list_namespaced_service_account("default").items
             if wanted <= ready and wanted <= sliced and accounts:
                 return
@@ -271,7 +274,7 @@ class KwokCluster(Cluster):
                 raise ClusterError(f"nodes not schedulable after {timeout:.0f}s: ready {sorted(ready)}, with slices "
                                    f"{sorted(sliced)}, default service account {'present' if accounts else 'missing'}"
                                    f"{f', components exited: {dead}' if dead else ''}")
-            time.sleep(0.1)
+            time.sleep(max(0.1, time.monotonic() - checked))  # a large fleet's check is not run back to back
 
     def delete(self) -> None:
         kwokctl = self._kwokctl_path()
