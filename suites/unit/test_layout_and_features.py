@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import RELEASES
@@ -79,10 +81,15 @@ def test_shipped_layouts_load() -> None:
         assert load_layout(file).nodes
 
 
-def _kube_features_source(version: str) -> str:
+@functools.cache
+def _module_dir(version: str) -> Path:
     out = subprocess.run([go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
                          env=go_env(), capture_output=True, text=True, cwd="/", check=True)
-    return (Path(json.loads(out.stdout)["Dir"]) / "pkg" / "features" / "kube_features.go").read_text()
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def _kube_features_source(version: str) -> str:
+    return (_module_dir(version) / "pkg" / "features" / "kube_features.go").read_text()
 
 
 def _gate_specs(source: str, gate: str) -> list[dict[str, bool]]:
@@ -119,3 +126,34 @@ def test_alpha_dra_gates_of_each_release_are_switched_on(minor: str) -> None:
 
 def test_runtime_config_serves_every_resource_version() -> None:
     assert runtime_config("1.34") == {f"resource.k8s.io/{v}": True for v in RESOURCE_API_VERSIONS}
+
+
+@pytest.mark.parametrize("minor", sorted(RELEASES))
+def test_gates_the_release_dra_e2e_specs_name_are_switched_on(minor: str) -> None:
+    """Every gate a spec of the release's test/e2e/dra names that is off by default there is on in our beds."""
+    source = _kube_features_source(RELEASES[minor].kubernetes)
+    named = set()
+    for file in sorted((_module_dir(RELEASES[minor].kubernetes) / "test" / "e2e" / "dra").glob("*.go")):
+        named |= set(re.findall(r"WithFeatureGate\(features\.(\w+)\)", file.read_text()))
+    assert named, f"no WithFeatureGate in {minor}'s test/e2e/dra (layout changed?)"
+    off = sorted(gate for gate in named if (specs := _gate_specs(source, gate)) and not specs[-1]["default"])
+    missing = [gate for gate in off if gate not in feature_gates(minor)]
+    assert not missing, f"{minor}'s DRA e2e specs need {missing}, off by default there and not switched on"
+
+
+def _kind_runtime_config(kind_yaml: str) -> set[str]:
+    """The API versions upstream's test/e2e/dra/kind.yaml serves: top-level runtimeConfig (1.36+) or the
+    apiserver's runtime-config flag in a kubeadm patch (1.34, 1.35)."""
+    config = yaml.safe_load(kind_yaml)
+    found = {key for key, on in (config.get("runtimeConfig") or {}).items() if str(on).lower() == "true"}
+    for flag in re.findall(r'runtime-config:\s*"([^"]+)"', kind_yaml):
+        found |= {entry.split("=")[0] for entry in flag.split(",") if entry.endswith("=true")}
+    return found
+
+
+@pytest.mark.parametrize("minor", sorted(RELEASES))
+def test_runtime_config_serves_what_the_release_dra_e2e_kind_config_serves(minor: str) -> None:
+    wanted = _kind_runtime_config((_module_dir(RELEASES[minor].kubernetes) / "test" / "e2e" / "dra" / "kind.yaml").read_text())
+    assert wanted, f"{minor}'s test/e2e/dra/kind.yaml serves no extra API versions (layout changed?)"
+    missing = sorted(wanted - set(runtime_config(minor)))
+    assert not missing, f"{minor}'s DRA e2e kind config serves {missing}; our beds do not"
