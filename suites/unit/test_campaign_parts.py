@@ -177,9 +177,10 @@ def test_the_supervisor_restarts_a_killed_unit_with_its_command_line_and_counts_
             supervisor.kill("sleeper")
             proc.wait(timeout=10)
             deadline = time.monotonic() + 60
-            while unit.restarts < 1 and time.monotonic() < deadline:
+            while (unit.restarts < 1 or unit.killed_at is not None) and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert unit.restarts == 1 and unit.crashes == 0 and len(unit.downtimes) == 1
+            assert supervisor.outages.spans()[0][1] is not None  # the kill's span closed once it ran again
             assert int(pid_file.read_text()) == unit.pid != proc.pid
             while len(starts.read_text().split()) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)  # the restarted one runs its script
@@ -222,3 +223,64 @@ def test_a_device_prepared_for_two_claims_is_a_double_allocation() -> None:
 
 def test_cdi_file_names_give_claim_uids() -> None:
     assert cdi_uids(["k8s.gpu.nvidia.com_device-claim_1234-ab.json", "other.json", "k8s.x_device-claim_9.json.tmp"]) == ["1234-ab"]
+
+
+def test_a_killed_unit_is_back_only_once_its_probe_says_it_serves(tmp_path: Path) -> None:
+    pid_file = tmp_path / "unit.pid"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    pid_file.write_text(f"{proc.pid}\n")
+    unit = Unit.adopt("slow-starter", "test", pid_file)
+    serving = threading.Event()
+    unit.ready = serving.is_set  # what /readyz would say: the new process runs well before it serves
+    try:
+        with Supervisor([unit], delay=0.1, period=0.05) as supervisor:
+            supervisor.kill("slow-starter")
+            proc.wait(timeout=10)
+            deadline = time.monotonic() + 30
+            while unit.restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.5)  # running again, probed, not serving: still down
+            assert unit.restarts == 1 and unit.killed_at is not None and not supervisor.all_running()
+            assert supervisor.outages.excused(time.monotonic() - 1.0, time.monotonic()) == pytest.approx(1.0, abs=0.1)
+            serving.set()
+            assert supervisor.wait_running(timeout=10)
+            assert len(unit.downtimes) == 1 and unit.downtimes[0] >= 1.5 and unit.crashes == 0
+    finally:
+        terminate(unit.pid)
+
+
+def test_outages_excuse_the_union_of_kill_spans_within_a_window_and_no_more_than_the_cap() -> None:
+    from testbed.campaign.outages import Outages
+
+    outages = Outages(cap=100.0)
+    outages.down("scheduler", at=10.0)
+    outages.down("etcd", at=12.0)
+    outages.down("scheduler", at=13.0)  # killed again before it was back: one span
+    outages.up("scheduler", at=20.0)
+    outages.up("etcd", at=15.0)
+    outages.down("plugin", at=30.0)
+    outages.up("plugin", at=35.0)
+    assert outages.excused(0.0, 50.0) == 15.0  # [10, 20] and [30, 35]
+    assert outages.excused(18.0, 32.0) == 4.0  # [18, 20] and [30, 32]
+    assert outages.excused(21.0, 29.0) == 0.0
+    assert Outages(cap=3.0).excused(0.0, 1.0) == 0.0
+    capped = Outages(cap=3.0)
+    capped.down("apiserver", at=0.0)  # never back: open to now, but a wait is excused at most the cap
+    assert capped.excused(0.0, 50.0) == 3.0
+
+
+def test_a_seeds_plan_is_drawn_without_a_cluster_the_same_every_time() -> None:
+    from testbed.workloads.plan import plan_examples
+    from testbed.workloads.steps import Arrive, Depart
+
+    boards = ("h100-80gb", "h200-141gb")
+    plans = [plan_examples(seed, 3, 6, boards) for seed in (0, 0, 1)]
+    assert plans[0] == plans[1] and plans[0] != plans[2]
+    for example in plans[0]:
+        live: set[str] = set()
+        for step in example:  # a depart only of a live pod: the recorder keeps the machine's books right
+            if isinstance(step, Arrive):
+                live.add(step.pod.name)
+            elif isinstance(step, Depart):
+                assert step.pod in live
+                live.remove(step.pod)

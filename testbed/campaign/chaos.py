@@ -1,6 +1,6 @@
 """The killer: SIGKILL a random supervised component at random moments, from a seeded schedule.
 
-Each round waits a random interval, waits until every unit runs again (kills do not pile onto a
+Each round waits a random interval, waits until every unit serves again (kills do not pile onto a
 restart still under way), calls `observe` (the observed moment just before the kill), then kills a
 unit of the next component from a shuffled deck of `kinds` (every component once per round, in a
 random order, so a dozen kills hit each at least twice). The schedule depends only on the seed.
@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 from testbed.campaign.supervisor import Supervisor
 
 COMPONENTS = ("plugin", "publisher", "scheduler", "apiserver", "etcd")
+# seconds a killed unit gets to serve again (an apiserver at load 100 has taken a minute to answer /readyz)
+BACK_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,8 @@ class Chaos:
 
     def _loop(self) -> None:
         while not self.done and not self._stop.wait(self._rng.uniform(*self.interval)):
-            if not self.supervisor.wait_running(timeout=120):
-                self.errors.append("a unit did not come back within 120 s; no further kills")
+            if not self.supervisor.wait_running(timeout=BACK_TIMEOUT):
+                self.errors.append(f"a unit did not serve again within {BACK_TIMEOUT:.0f} s; no further kills")
                 return
             if self.observe is not None:
                 try:

@@ -4,7 +4,8 @@ Units are containers: the control plane's static pods (etcd, kube-apiserver, kub
 every GPU worker, the driver DaemonSet pod's `kubelet-plugin` and `slice-publisher`. A kill SIGKILLs
 the container's process (its pid from crictl, by id); the node's kubelet starts a new container, with
 its usual crash-loop back-off. A unit runs again once crictl shows a running container other than the
-one killed. Node state is read from the host (the fake NVML state directory is a bind mount) and from
+one killed (for the apiserver and etcd: and the apiserver's /readyz answers); the time from the kill to
+then is the kill's outage, excused from the campaign's bounds. Node state is read from the host (the fake NVML state directory is a bind mount) and from
 the worker's plugin directory and /var/run/cdi.
 """
 
@@ -24,6 +25,8 @@ from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED
 from fake_gpus.driver.kubeletplugin.server import CHECKPOINT
 from testbed.campaign.audit import NodeState, cdi_uids, read_checkpoint, read_instances
+from testbed.campaign.outages import Outages
+from testbed.campaign.probes import http_ok
 from testbed.campaign.session import Session, session_on
 from testbed.clusters.layout import Layout
 
@@ -53,13 +56,19 @@ class KindUnit:
     kills: int = 0
     crashes: int = 0
     downtimes: list[float] = field(default_factory=list)
+    outages: Outages | None = None  # the supervision's, told when a killed unit runs again
+    ready: Callable[[], bool] | None = None  # whether its new container serves (the apiserver's /readyz)
 
     def is_running(self) -> bool:
         current = _running_container(self.node, self.container)
         if current is None or current == self.killed:
             return False
         if self.killed_at is not None:
+            if self.ready is not None and not self.ready():
+                return False  # runs, does not serve yet: still down
             self.downtimes.append(time.monotonic() - self.killed_at)
+            if self.outages is not None:
+                self.outages.up(self.name)
             self.killed, self.killed_at = None, None
         return True
 
@@ -67,9 +76,12 @@ class KindUnit:
 class KindSupervision:
     """The Supervisor interface over kubelets: kill by pid, and wait for the kubelet's restart."""
 
-    def __init__(self, units: list[KindUnit], period: float = 1.0) -> None:
+    def __init__(self, units: list[KindUnit], period: float = 1.0, outages: Outages | None = None) -> None:
         self.units = {u.name: u for u in units}
         self.period = period
+        self.outages = outages or Outages(cap=BACK_ON_TIMEOUT)
+        for unit in units:
+            unit.outages = self.outages
 
     def of_kind(self, kind: str) -> list[KindUnit]:
         return [u for u in self.units.values() if u.kind == kind]
@@ -83,6 +95,7 @@ class KindSupervision:
         if pid.isdigit():
             _exec(unit.node, "kill", "-9", pid)
             unit.killed, unit.killed_at, unit.kills = container, time.monotonic(), unit.kills + 1
+            self.outages.down(unit.name, unit.killed_at)
         return unit
 
     def all_running(self) -> bool:
@@ -110,6 +123,10 @@ class KindTarget:
                         for n in core.list_node(label_selector="dra-testbed.io/layout-node").items}
         control_plane = f"{self.cluster.kind_name}-control-plane"
         units = [KindUnit(name, kind, control_plane, name) for kind, name in STATIC.items()]
+        readyz = api.configuration.host.rstrip("/") + "/readyz"  # kind maps the apiserver to a host port
+        for unit in units:
+            if unit.kind in ("apiserver", "etcd"):  # back once the apiserver serves from etcd again
+                unit.ready = lambda: http_ok(readyz)
         for layout_node, worker in sorted(self.workers.items()):
             units += [KindUnit(f"{kind}/{layout_node}", kind, worker, container) for kind, container in DRIVER_CONTAINERS.items()]
         return units

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fake_gpus.driver.kubeletplugin.server import CHECKPOINT
 from testbed.campaign.audit import NodeState, cdi_uids, read_checkpoint, read_instances
+from testbed.campaign.probes import all_of, ready_file_probe, url_probe
 from testbed.campaign.supervisor import Unit
 from testbed.clusters.kwok.driver import socket_root
 from testbed.clusters.layout import Layout
@@ -50,8 +51,15 @@ class KwokTarget:
         """Every unit to supervise."""
         units = [Unit.watched(f"plugin/{n.name}", "plugin", self.home / ON_DEMAND_DIR / f"{n.name}.pid") for n in self.layout.nodes]
         units.append(Unit.adopt("standin-kubelet", "kubelet", self.home / KUBELET_PID))
-        units.append(Unit.adopt("publisher", "publisher", self.home / "publisher.pid"))
-        units += [Unit.adopt(name, kind, self.kwok_dir / "pids" / f"{name}.pid") for kind, name in CONTROL_PLANE.items()]
+        publisher = Unit.adopt("publisher", "publisher", self.home / "publisher.pid")
+        publisher.ready = ready_file_probe(self.home / "publisher.ready", publisher.pid_file)  # it has published
+        units.append(publisher)
+        control = {kind: Unit.adopt(name, kind, self.kwok_dir / "pids" / f"{name}.pid") for kind, name in CONTROL_PLANE.items()}
+        for unit in control.values():  # back once it serves: etcd's /health, the others' /readyz
+            unit.ready = url_probe(unit.argv)
+        if control["etcd"].ready and control["apiserver"].ready:  # and once the apiserver serves from it again
+            control["etcd"].ready = all_of(control["etcd"].ready, control["apiserver"].ready)
+        units += control.values()
         # never killed, but restarted and counted if they exit: the claims' deallocation (controller-manager)
         # and the nodes' and pods' status (kwok-controller) must not quietly stop for the rest of a run
         units += [Unit.adopt(name, kind, self.kwok_dir / "pids" / f"{name}.pid") for kind, name in WATCHED.items()]

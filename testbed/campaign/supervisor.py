@@ -3,9 +3,11 @@
 A `Unit` is adopted from its running process: the command line, working directory, environment and
 log (stdout) are read from /proc, so a restart runs exactly what was running, with its pid file kept
 current (the cluster's teardown stops whatever the file names). The supervisor's thread notices any
-unit that exited and starts it again after `delay` seconds; `kill` SIGKILLs one on purpose. Exits
-nobody asked for are counted as crashes: a component that falls over when another restarts is a
-finding, not noise.
+unit that exited and starts it again after `delay` seconds; `kill` SIGKILLs one on purpose. A killed
+unit is back once its process runs again and its `ready` probe (if any) says it serves: its downtime
+runs from the kill to then, and `outages` keeps that span for the campaign's bounds. Exits nobody
+asked for are counted as crashes: a component that falls over when another restarts is a finding,
+not noise.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from hostenv.processes import alive
+from testbed.campaign.outages import Outages
 
 
 class SuperviseError(RuntimeError):
@@ -65,11 +69,14 @@ class Unit:
     restarts: int = 0
     crashes: int = 0
     external: bool = False  # restarted by someone else (a kubelet): only killed and watched here
-    killed_at: float | None = None  # set by kill(), cleared by the restart
+    killed_at: float | None = None  # set by kill(), cleared once it serves again
     down_since: float | None = None
     killed_pid: int = -1
+    restarted: bool = False  # a new process runs since the kill (it may not serve yet)
     proc: subprocess.Popen | None = None
-    downtimes: list[float] = field(default_factory=list)  # kill -> new process started, seconds
+    ready: Callable[[], bool] | None = None  # whether a running process serves (e.g. its /readyz answers)
+    next_probe: float = 0.0
+    downtimes: list[float] = field(default_factory=list)  # kill -> a new process serves, seconds
     exit_reasons: list[str] = field(default_factory=list)  # the log's last error line at each exit nobody asked for
 
     @classmethod
@@ -118,9 +125,12 @@ class Unit:
 class Supervisor:
     """Watches units every `period` seconds and restarts any that exited, `delay` seconds later."""
 
-    def __init__(self, units: list[Unit], delay: float = 1.0, period: float = 0.2) -> None:
+    PROBE_EVERY = 1.0  # seconds between readiness probes of a unit coming back
+
+    def __init__(self, units: list[Unit], delay: float = 1.0, period: float = 0.2, outages: Outages | None = None) -> None:
         self.units = {u.name: u for u in units}
         self.delay, self.period = delay, period
+        self.outages = outages or Outages()
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
@@ -148,7 +158,8 @@ class Supervisor:
             unit.is_running()  # an external unit's current pid
             if unit.external and unit.pid < 0:
                 return unit  # not started yet: nothing to kill
-            unit.killed_at, unit.killed_pid = time.monotonic(), unit.pid
+            unit.killed_at, unit.killed_pid, unit.restarted = time.monotonic(), unit.pid, False
+            self.outages.down(name, unit.killed_at)
             try:
                 os.kill(unit.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -173,26 +184,44 @@ class Supervisor:
                 for unit in self.units.values():
                     self._tend(unit)
 
+    def _back(self, unit: Unit) -> None:
+        """A killed unit's new process runs: it is back once it serves (probed at most once a second)."""
+        now = time.monotonic()
+        if unit.ready is not None:
+            if now < unit.next_probe:
+                return
+            unit.next_probe = now + self.PROBE_EVERY
+            try:
+                serving = unit.ready()
+            except Exception:  # noqa: BLE001 - a probe that cannot answer: not serving yet
+                serving = False
+            if not serving:
+                return
+        unit.downtimes.append(time.monotonic() - unit.killed_at)
+        self.outages.up(unit.name)
+        unit.killed_at, unit.restarted = None, False
+
     def _tend(self, unit: Unit) -> None:
         if unit.external:
             if unit.killed_at is not None and unit.is_running() and unit.pid != unit.killed_pid:
-                unit.restarts += 1
-                unit.downtimes.append(time.monotonic() - unit.killed_at)
-                unit.killed_at = None
+                if not unit.restarted:
+                    unit.restarts, unit.restarted = unit.restarts + 1, True
+                self._back(unit)
             return
         if unit.is_running():
             unit.down_since = None
+            if unit.killed_at is not None:
+                self._back(unit)
             return
         now = time.monotonic()
         if unit.down_since is None:
             unit.down_since = now
-            if unit.killed_at is None:
-                unit.crashes += 1  # nobody asked for this exit: say why, from its log
+            if unit.killed_at is None or unit.restarted:
+                unit.crashes += 1  # nobody asked for this exit (or the restart after a kill fell over): say why
                 unit.exit_reasons.append(last_error(unit.log))
         if now - unit.down_since < self.delay:
             return
         unit.start()
         unit.restarts += 1
-        if unit.killed_at is not None:
-            unit.downtimes.append(time.monotonic() - unit.killed_at)
-        unit.killed_at, unit.down_since = None, None
+        unit.restarted = unit.killed_at is not None
+        unit.down_since = None

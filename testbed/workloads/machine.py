@@ -29,6 +29,18 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
     Every rule is checked as it runs (the runner raises PropertyFailure): soundness after each step,
     completeness and fallback on arrival, liveness after each departure.
     """
+    def live_runner() -> Runner:
+        return Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}), identity=identity or current_identity()).open()
+
+    return workload_machine(live_runner, boards, mig_percent, stats, all_in_fallback, pod_strategy, claim_strategy)
+
+
+def workload_machine(make_runner: Callable[[], Runner], boards: tuple[str, ...] = (), mig_percent: int = 17,
+                     stats: dict[str, int] | None = None, all_in_fallback: bool = True,
+                     pod_strategy: Callable[..., st.SearchStrategy] = pod_specs,
+                     claim_strategy: Callable[..., st.SearchStrategy] = claim_specs) -> type[RuleBasedStateMachine]:
+    """The machine over whatever `make_runner()` returns per example: a live Runner, or a recorder of the steps
+    (testbed.workloads.plan). Its draws depend only on earlier draws, never on what the runner observed."""
 
     class AllocationMachine(RuleBasedStateMachine):
         pods = Bundle("pods")
@@ -36,8 +48,7 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
 
         def __init__(self) -> None:
             super().__init__()
-            self.runner = Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}),
-                                 identity=identity or current_identity()).open()
+            self.runner = make_runner()
             self.made = 0
 
         def _name(self, prefix: str) -> str:

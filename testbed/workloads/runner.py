@@ -10,10 +10,11 @@ pods that the model says now fit are waited for (liveness) before the next step.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -34,6 +35,11 @@ from testbed.workloads.truth import true_device
 BOUND_ENV = "DRA_TESTBED_SCHEDULE_BOUND"
 DEFAULT_BOUND = 30.0  # seconds the scheduler gets to place a pod the model says fits
 NAMESPACE_LABEL = "dra-testbed.io/properties"
+T = TypeVar("T")
+
+
+def never_excused(t0: float, t1: float) -> float:  # noqa: ARG001 - the Runner.excused signature
+    return 0.0
 
 
 class PropertyFailure(AssertionError):
@@ -64,6 +70,9 @@ class Runner:
     # pods the model could not decide (too large a search): completeness is not claimed for them
     undecided: set[str] = field(default_factory=set)
     context: dict = field(default_factory=dict)  # extra facts for the bundle (faults, seed, ...)
+    # seconds of [t0, t1] (monotonic) during which the cluster was down on purpose (a fault campaign's kills
+    # and the restarts after them): every bound counts only the rest, so a restart does not eat it
+    excused: Callable[[float, float], float] = never_excused
     # what the checks saw, for reports and for tests that a property was exercised at all
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -102,7 +111,24 @@ class Runner:
     def _await(self, list_func: Callable, done: Callable[[dict], bool], timeout: float, *, name: str | None = None,
                what: str = "condition") -> dict:
         """Our namespace's objects of `list_func` once `done(objects by name)` holds."""
-        return wait_for_all(list_func, done, namespace=self.namespace, name=name, timeout=timeout, what=f"{what} in {self.namespace}")
+        return self._bounded(lambda left: wait_for_all(list_func, done, namespace=self.namespace, name=name, timeout=left,
+                                                       what=f"{what} in {self.namespace}"), timeout)
+
+    def _bounded(self, wait: Callable[[float], T], bound: float) -> T:
+        """`wait(timeout)` given `bound` seconds of time the cluster was up: when it times out, it waits again
+        for as long as the cluster was down meanwhile (`excused`), until the bound is spent."""
+        start = time.monotonic()
+        left = bound
+        while True:
+            try:
+                return wait(left)
+            except WaitTimeout as exc:
+                now = time.monotonic()
+                excused = self.excused(start, now)
+                left = bound + excused - (now - start)
+                if left < 1.0:
+                    exc.excused = excused  # type: ignore[attr-defined] - for the failure's message
+                    raise
 
     # --- observation --------------------------------------------------------------------------------
 
@@ -216,13 +242,17 @@ class Runner:
             self._count("undecided")
         fits = bool(expected)
         try:
-            observed = wait_for(self.core.list_namespaced_pod, _scheduled if fits else _decided, namespace=self.namespace,
-                                name=pod.name, timeout=self.bound, what=f"pod {pod.name} {'scheduled' if fits else 'scheduled or rejected'}")
+            observed = self._bounded(lambda left: wait_for(
+                self.core.list_namespaced_pod, _scheduled if fits else _decided, namespace=self.namespace, name=pod.name,
+                timeout=left, what=f"pod {pod.name} {'scheduled' if fits else 'scheduled or rejected'}"), self.bound)
         except WaitTimeout as exc:
             if not fits:
                 raise  # the scheduler never even answered: an infrastructure problem, not a property
             observed = self.core.read_namespaced_pod(pod.name, self.namespace)
-            self.fail_if(properties.completeness(pod.name, expected, False, self.bound, _condition(observed) or str(exc)))  # the wait ran out
+            why = _condition(observed) or str(exc)
+            if getattr(exc, "excused", 0):
+                why += f" (and {exc.excused:.0f}s more while killed components were coming back)"
+            self.fail_if(properties.completeness(pod.name, expected, False, self.bound, why))  # the wait ran out
         after = self.snapshot()
         problems = self.soundness(after)
         node = observed.spec.node_name
