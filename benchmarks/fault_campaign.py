@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed import interrupts  # noqa: E402
 from testbed.campaign.report import judge, table  # noqa: E402
 from testbed.campaign.beds import campaign_cluster  # noqa: E402
 from testbed.campaign.session import CAMPAIGN_LAYOUT  # noqa: E402
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
         p.error(f"--faults: {unknown[0]!r} is not a fault this campaign is shown to catch; valid: {', '.join(FAULTS)}, or none")
+    interrupts.install()  # SIGTERM and SIGHUP remove the clusters as Ctrl-C does; a second signal waits for that
     runs = {}
     started = time.monotonic()
     settings = dict(examples=args.examples, steps=args.steps)
@@ -77,4 +80,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the clusters are gone by now
+        print(f"fault campaign: interrupted ({signal.Signals(interrupts.received() or signal.SIGINT).name}); its clusters are removed",
+              file=sys.stderr)
+        sys.exit(interrupts.exit_code())

@@ -262,11 +262,14 @@ class Campaign:
             return scheduled
 
         runner.arrive = arrive_prepared  # type: ignore[method-assign]
-        failed = True
+        outcome = "interrupted"
         try:
             runner.run_steps(steps)
             self._wait_prepared(runner.namespace)
-            failed = False
+            outcome = "passed"
+        except Exception:
+            outcome = "failed"
+            raise
         finally:
             arrivals = [s.pod for s in runner.steps if isinstance(s, Arrive)]
             self._count("examples")
@@ -274,12 +277,15 @@ class Campaign:
             self._count("claims", sum(len(p.claims) for p in arrivals))
             for key, value in runner.stats.items():
                 self._count(key, value)
-            try:
-                runner.close()
-            except Exception:  # noqa: BLE001
-                if not failed:
-                    raise
-                # else the steps' failure is the verdict, not the clean-up that failed after it
+            # Ctrl-C or SIGTERM: no waiting for the namespace to empty, the cluster goes as a whole (waiting here,
+            # and in the Hypothesis teardowns before, made a benchmark sit through two Ctrl-Cs without a word)
+            if outcome != "interrupted":
+                try:
+                    runner.close()
+                except Exception:  # noqa: BLE001
+                    if outcome == "passed":
+                        raise
+                    # else the steps' failure is the verdict, not the clean-up that failed after it
         found = self.leftovers()
         if found.total:
             raise LeakFailure(found)
