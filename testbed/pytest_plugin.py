@@ -25,6 +25,7 @@ from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
 from testbed.namespaces import create_namespace
 
+SESSION_LABEL = "dra-testbed-e2e"  # the session bed's name, before the suffix
 DEFAULT_LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"
 
 
@@ -83,6 +84,11 @@ class BedFactory:
                 cluster.delete()
 
 
+def session_naming(opts) -> dict[str, str | None]:
+    """The session bed's `name` (--cluster-name, exactly) and `label` (suffixed unless kept or reused)."""
+    return {"name": opts.cluster_name, "label": SESSION_LABEL}
+
+
 def _create(cluster: Cluster, spec: ClusterSpec, attempts: int) -> Path:
     """create(), tried `attempts` times: a loaded machine has been seen to leave a KWOK node un-Ready although
     the apiserver was up; create() removes a partial cluster itself."""
@@ -101,7 +107,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--backend", default="kwok", choices=sorted(BACKENDS), help="cluster backend")
     group.addoption("--k8s", default=DEFAULT_MINOR, help="Kubernetes minor of the test bed")
     group.addoption("--layout", default=str(DEFAULT_LAYOUT), help="layout file of the test bed")
-    group.addoption("--cluster-name", default="dra-testbed-e2e", help="name of the test-bed cluster")
+    group.addoption("--cluster-name", default=None, help=f"name of the test-bed cluster (default: {SESSION_LABEL} plus a "
+                    "random suffix, so that sessions at the same time never meet; exactly that with --keep-cluster or --reuse-cluster)")
     group.addoption("--driver", default="ours", help="DRA driver of the session's test bed: ours (default), nvidia "
                     "(NVIDIA's gpu-kubelet-plugin, $DRA_TESTBED_NVIDIA_PLUGIN), binary:PATH or image:REFERENCE")
     group.addoption("--kubeconfig", default=None, help="run against this existing cluster instead of bringing one up")
@@ -140,7 +147,9 @@ def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed
         driver = parse_driver(opts.driver)
     except DriverSpecError as exc:
         pytest.exit(f"--driver: {exc}", returncode=2)
-    with bed(layout, driver, name=opts.cluster_name) as session_bed:
+    # a fixed default name made a second session at the same time (a colleague's, a second CI job) force-replace
+    # this one's cluster mid-test: seen in a CI run whose NVIDIA tests lost their bed all at once
+    with bed(layout, driver, **session_naming(opts)) as session_bed:
         yield session_bed
 
 

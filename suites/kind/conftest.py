@@ -20,7 +20,10 @@ from testbed.clusters.kind import KindCluster
 from testbed.clusters.layout import from_flags
 from testbed.pytest_plugin import ApiViews
 
-CLUSTER_NAME = os.environ.get("DRA_TESTBED_KIND_CLUSTER", "dra-kind-e2e")  # a name of its own per concurrent run
+# $DRA_TESTBED_KIND_CLUSTER names the cluster exactly; else it is this plus a random suffix (this alone with
+# --keep-cluster or --reuse-cluster), so two sessions at the same time never meet
+CLUSTER_NAME = os.environ.get("DRA_TESTBED_KIND_CLUSTER")
+CLUSTER_LABEL = "dra-kind-e2e"
 # H100 80GB nodes in each driver mode: whole GPUs, dynamic MIG, and a static layout of seven 1g.10gb
 LAYOUT_FLAGS = ["gpu-whole=h100-80gb:1:whole", "gpu-mig=h100-80gb:1:dynamic-mig",
                 "gpu-static=h100-80gb:1:static-mig:all-1g.10gb"]
@@ -59,7 +62,7 @@ def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
     failed_before = request.session.testsfailed
     try:
         try:
-            with bed(from_flags(LAYOUT_FLAGS), name=CLUSTER_NAME, backend="kind") as testbed:
+            with bed(from_flags(LAYOUT_FLAGS), name=CLUSTER_NAME, label=CLUSTER_LABEL, backend="kind") as testbed:
                 cluster = testbed.cluster
                 try:
                     workload = ensure_workload_image()
