@@ -63,6 +63,16 @@ def properties_nvidia(session: nox.Session) -> None:
                 env={"DRA_TESTBED_NVIDIA_PROPERTIES": "full", **_nvidia_plugin_env(session)})
 
 
+@nox.session
+def evolution(session: nox.Session) -> None:
+    """The generated hardware-evolution machine on KWOK at the Hypothesis profile's settings (`nox -s tests` runs
+    its explicit example and the fault each rule family catches): suites/properties/test_evolution.py with
+    $DRA_TESTBED_EVOLUTION=full; pick a profile with `-- --hypothesis-profile nightly`."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/properties/test_evolution.py", "-q", "-ra", "--k8s", K8S, "-k", "machine or explicit",
+                *session.posargs, env={"DRA_TESTBED_EVOLUTION": "full"})
+
+
 @nox.session(name="nvidia-plugin")
 def nvidia_plugin(session: nox.Session) -> None:
     """NVIDIA's gpu-kubelet-plugin built from its pinned commit (git: $DRA_TESTBED_NVIDIA_REPO or GitHub) into

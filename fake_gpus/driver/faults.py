@@ -28,6 +28,8 @@ FAULTS: dict[str, str] = {
     "counters-undeclared": "the partitionable full GPU shares its GPU's memory slices with the MIG devices without declaring it "
                            "(no consumesCounters), so it can be allocated while MIG devices of the same GPU are",
     "parent-uuid-unstable": "partitionable MIG devices carry a parentUUID of their own instead of their GPU's UUID",
+    "joined-node-unpublished": "a node that joins after the publisher started gets no slices (only the nodes listed at start do)",
+    "mode-switch-ignored": "a node whose hardware labels change (a mode switch) keeps the hardware and slices of its old labels",
     # (+ the under-declared profiles below)
     # kubelet plugin
     "prepare-fails": "NodePrepareResources answers every claim with an error",

@@ -4,7 +4,9 @@ The driver half of the KWOK publisher process (fake_gpus/machine/kwok_publisher.
 nodes' hardware and hands its provisioning in) and of the kind DaemonSet's node publisher. It reads
 every GPU through NVML only and publishes the slices. It watches Nodes: a labelled node that appears
 gets state (from the provisioning it was given) and slices, a node that goes loses its slices; a node
-whose NVML state changes is re-published at a new pool generation.
+whose NVML state changes is re-published at a new pool generation. A known node whose labels ask for
+other hardware (an admin switched its mode) or that came back as a new Node object (its boards were
+replaced) is provisioned afresh, as a MIG manager reconfigures a drained node, and re-published.
 
 Node labels: dra-testbed.io/board, dra-testbed.io/gpu-count, dra-testbed.io/mode, dra-testbed.io/mig-layout;
 nodes labelled dra-testbed.io/driver other than "ours" are another driver's (left alone).
@@ -42,7 +44,8 @@ POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
 MACHINE_WORKERS = 4  # threads making nodes' hardware files (first publish)
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
-Provision = Callable[[Path, NodeHardware], object]  # makes a node's hardware in its state dir: the machine's part
+# makes a node's hardware in its state dir (the machine's part); fresh=True: remade as asked, nothing kept
+Provision = Callable[..., object]
 
 
 @dataclass(frozen=True)
@@ -118,18 +121,21 @@ class Publisher:
         self.pool = ThreadPoolExecutor(WORKERS)
         self.stop = threading.Event()
         self.errors: list[str] = []
+        self.started = False  # past the first publish: nodes seen from now on joined later
 
     # ----------------------------------------------------------------- hardware side
     def state_dir(self, node: str) -> Path:
         return self.state_root / node
 
-    def provision(self, cfg: NodeConfig) -> None:
+    def provision(self, cfg: NodeConfig, fresh: bool = False) -> None:
         """Have the node's fake GPUs and OS views made and, in static mode, its MIG layout, when we were
-        given the machine's part to play (KWOK); a node of a real kubelet brings its own (kind)."""
+        given the machine's part to play (KWOK); a node of a real kubelet brings its own (kind). `fresh`:
+        the node's hardware changed, so nothing of its old state is kept (GPU UUIDs of the same boards are
+        derived from the node, so a mode switch keeps them, as real GPUs do)."""
         if self.provisioner is None:
             return
         try:
-            self.provisioner(self.state_dir(cfg.name), cfg.hardware)
+            self.provisioner(self.state_dir(cfg.name), cfg.hardware, fresh=fresh)
         except ValueError as exc:  # one line naming the node, as the other start-up errors do
             raise ValueError(f"node {cfg.name}: {exc}") from exc
 
@@ -264,10 +270,19 @@ class Publisher:
         return cfg
 
     def add(self, node) -> list[Future]:
+        """A node as listed or watched: new ones get hardware and slices, changed ones are remade."""
         cfg = node_config(node)
-        if cfg is None or cfg.name in self.nodes:
+        if cfg is None:
             return []
-        self.provision(cfg)
+        known = self.nodes.get(cfg.name)
+        if known is None:
+            if self.started and "joined-node-unpublished" in self.faults:
+                return []
+            self.provision(cfg)
+        elif known == cfg or "mode-switch-ignored" in self.faults and known.uid == cfg.uid:
+            return []
+        else:
+            self.provision(cfg, fresh=True)
         self.nodes[cfg.name] = cfg
         return self.sync(cfg)
 
@@ -343,6 +358,7 @@ class Publisher:
 
     def run(self, ready_file: Path | None) -> None:
         resource_version = self.initial()
+        self.started = True
         if ready_file:
             ready_file.write_text(f"{os.getpid()}\n")
         events: queue.Queue = queue.Queue()

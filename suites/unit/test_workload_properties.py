@@ -13,7 +13,8 @@ from testbed.workloads.observe import ObservedClaim, Snapshot
 from testbed.workloads.oracle import Result, Solution, class_selectors
 from testbed.workloads.properties import PodView, World
 from testbed.workloads.selectors import StringIs
-from testbed.workloads.steps import AddShared, Arrive, Depart, Released, from_json
+from testbed.workloads.bundle_schema import BundleError, check_steps
+from testbed.workloads.steps import AddNode, AddShared, Arrive, Depart, Released, ReplaceNode, RollDriver, SwitchMode, from_json
 
 ID = DriverIdentity()
 CLASSES = class_selectors(ID)
@@ -134,8 +135,22 @@ def test_shared_claims_are_judged_by_their_own_spec() -> None:
 
 
 def test_steps_round_trip_through_their_json() -> None:
-    steps = [AddShared(SharedClaim("s", SMALL_FIRST)), Arrive(POD), Depart("p"), Released("n0")]
+    steps = [AddShared(SharedClaim("s", SMALL_FIRST)), Arrive(POD), Depart("p"), Released("n0"),
+             AddNode("n1", "b200-180gb", 2, "whole"), ReplaceNode("n0", "gb200-186gb", 1, "dynamic-mig"),
+             SwitchMode("n1", "static-mig:all-balanced"), RollDriver(2)]
     assert [from_json(s.to_json()) for s in steps] == steps
-    assert [s.to_json()["op"] for s in steps] == ["shared", "arrive", "depart", "released"]
-    with pytest.raises(ValueError, match="unknown step 'nap'; valid: shared, arrive, depart, released"):
+    assert check_steps([s.to_json() for s in steps]) and [s.to_json()["op"] for s in steps] == [
+        "shared", "arrive", "depart", "released", "add-node", "replace-node", "switch-mode", "roll-driver"]
+    with pytest.raises(ValueError, match="unknown step 'nap'; valid: shared, arrive, depart, released, add-node"):
         from_json({"op": "nap"})
+
+
+@pytest.mark.parametrize("step, message", [
+    ({"op": "add-node", "node": "n1", "board": "a100", "count": 1, "mode": "whole"}, "unknown board 'a100'; valid boards"),
+    ({"op": "replace-node", "node": "n1", "board": "gb200-186gb", "count": 9, "mode": "whole"}, "valid: 1 to 4"),
+    ({"op": "switch-mode", "node": "n1", "mode": "static-mig"}, "step 1.mode"),
+    ({"op": "roll-driver", "generation": "2"}, "generation: is str"),
+])
+def test_evolution_steps_of_a_bundle_are_checked(step: dict, message: str) -> None:
+    with pytest.raises(BundleError, match=message):
+        check_steps([step])

@@ -146,6 +146,13 @@ class Cluster(abc.ABC):
         record = {"backend": self.backend, "name": self.name, **spec_record(spec), "kubernetes": kubernetes, **extra}
         (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
 
+    def record_layout(self, layout: Layout) -> None:
+        """Update spec.json after the fleet changed (a node joined, left or switched mode)."""
+        record = self.saved_spec()
+        if record is not None:
+            record["layout"] = [dict(asdict(n), mode=str(n.mode)) for n in layout.nodes]
+            (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+
     def record_driver(self, driver: DriverSpec) -> None:
         """Update spec.json after `deploy_driver`, so --reuse-cluster compares against the driver now running."""
         record = self.saved_spec()

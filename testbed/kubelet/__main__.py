@@ -1,4 +1,4 @@
-"""python -m testbed.kubelet --kubeconfig FILE --driver NAME --node NAME=REGISTRY_DIR ... (SIGTERM ends it)."""
+"""python -m testbed.kubelet --kubeconfig FILE --driver NAME [--node NAME=REGISTRY_DIR ...] [--plugins-dir DIR] (SIGTERM ends it)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--driver", default="gpu.nvidia.com")
     p.add_argument("--k8s", default="1.34")
-    p.add_argument("--node", action="append", default=[], metavar="NAME=REGISTRY_DIR", required=True)
-    p.add_argument("--start", action="append", default=[], metavar="NAME=ON_DEMAND_JSON",
-                   help="start this node's plugin (testbed.kubelet.process.OnDemand) when a pod needs it")
+    p.add_argument("--node", action="append", default=[], metavar="NAME=REGISTRY_DIR", help="a node whose plugin runs already")
+    p.add_argument("--plugins-dir", type=Path, metavar="DIR",
+                   help="<node>.json files (testbed.kubelet.process.OnDemand): nodes whose plugin is started when a pod needs it, read every round")
     args = p.parse_args(argv)
-    nodes, starts = _pairs(p, "--node", args.node), _pairs(p, "--start", args.start)
-    if set(starts) - set(nodes):
-        p.error(f"--start {sorted(set(starts) - set(nodes))[0]}: no --node of that name")
-    daemon = daemon_for(config.new_client_from_config(config_file=args.kubeconfig), nodes, args.driver, args.k8s, starts)
+    nodes = _pairs(p, "--node", args.node)
+    if not nodes and args.plugins_dir is None:
+        p.error("no node: give --node NAME=REGISTRY_DIR or --plugins-dir DIR")
+    daemon = daemon_for(config.new_client_from_config(config_file=args.kubeconfig), nodes, args.driver, args.k8s,
+                        plugins_dir=args.plugins_dir)
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop.set())
     daemon.run()
     return 0

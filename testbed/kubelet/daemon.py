@@ -10,6 +10,10 @@ registered as soon as its registration socket answers, and again whenever it mak
 (a restarted plugin). A cut watch or a refused list (the apiserver restarts) is followed by a new list. A node with an on-demand plugin
 (testbed.kubelet.process.OnDemand) has it started when its first claim-holding pod arrives, and again at
 once whenever it exits (the stand-in is its supervisor); its pods wait for it without an event for START_GRACE seconds.
+On-demand nodes are the files of the plugins directory, read every round: a new file is a node that joined,
+a file gone is a node that left (its plugin stopped, the node forgotten), a rewritten one (a driver update, a
+mode switch) has its plugin replaced by one started from the file, at once if the old one ran; the node's
+kubelet keeps what it had prepared, as a real kubelet does across a plugin's update.
 """
 
 from __future__ import annotations
@@ -74,6 +78,56 @@ class KubeletDaemon:
     registered: set[str] = field(default_factory=set)
     starters: dict[str, _Starter] = field(default_factory=dict)  # node -> its on-demand plugin
     sockets: dict[str, int] = field(default_factory=dict)  # node -> inode of the registration socket registered
+    plugins_dir: Path | None = None  # <node>.json: the on-demand nodes, read every round
+    driver: str = ""
+    minor: str = "1.34"
+    versions: dict[str, tuple] = field(default_factory=dict)  # node -> (inode, mtime) of the file its starter came from
+
+    def _discover(self) -> None:
+        """Follow the plugins directory: nodes joined, left or changed since the last round."""
+        if self.plugins_dir is None:
+            return
+        present = {}
+        for path in self.plugins_dir.glob("*.json"):
+            try:
+                st = path.stat()
+                present[path.stem] = (path, (st.st_ino, st.st_mtime_ns))
+            except OSError:
+                continue  # removed meanwhile
+        for node in [n for n in self.versions if n not in present]:
+            self._forget(node)
+        for node, (path, version) in present.items():
+            if self.versions.get(node) == version:
+                continue
+            try:
+                how = OnDemand.read(path)
+            except (OSError, ValueError, KeyError):
+                continue  # replaced meanwhile: read next round
+            old = self.starters.get(node)
+            running = old is not None and old.proc is not None and old.proc.poll() is None
+            if old is not None:  # rewritten (a driver update, a mode switch): the new plugin replaces the old
+                old.stop()
+                self.registered.discard(node)
+                self.kubelets[node].close()
+            if node not in self.kubelets or str(self.kubelets[node].registry_dir) != how.registry:
+                self.kubelets[node] = StandInKubelet(node, self.driver, Path(how.registry), self.minor)
+            # the node's kubelet keeps what it prepared: the new plugin is asked to unprepare it
+            self.starters[node] = _Starter(how, path.with_suffix(".pid"))
+            self.versions[node] = version
+            if running:  # as a DaemonSet's new pod replaces the old one at once
+                self.starters[node].starting()
+
+    def _forget(self, node: str) -> None:
+        """`node` left: stop its on-demand plugin and drop the node."""
+        starter = self.starters.pop(node, None)
+        if starter is not None:
+            starter.stop()
+        kubelet = self.kubelets.pop(node, None)
+        if kubelet is not None:
+            kubelet.close()
+        self.registered.discard(node)
+        self.sockets.pop(node, None)
+        self.versions.pop(node, None)
 
     def _register(self) -> None:
         for node, starter in self.starters.items():
@@ -182,6 +236,7 @@ class KubeletDaemon:
     def _run(self) -> None:
         core = client.CoreV1Api(self.api)
         while not self.stop.is_set():
+            self._discover()
             self._register()
             self.unprepare_unused()
             try:
@@ -221,8 +276,8 @@ def _inode(path: Path) -> int | None:
 
 
 def daemon_for(api: client.ApiClient, nodes: dict[str, Path], driver: str, minor: str = "1.34",
-               on_demand: dict[str, Path] | None = None) -> KubeletDaemon:
-    """A daemon for `nodes` (node name -> its plugin registry directory); `on_demand` names, per node, the
-    OnDemand file of a plugin to start when needed (its pid file beside it)."""
-    starters = {n: _Starter(OnDemand.read(f), f.with_suffix(".pid")) for n, f in (on_demand or {}).items()}
-    return KubeletDaemon(api, {n: StandInKubelet(n, driver, d, minor) for n, d in nodes.items()}, starters=starters)
+               plugins_dir: Path | None = None) -> KubeletDaemon:
+    """A daemon for `nodes` (node name -> its plugin registry directory, the plugin running already) and the
+    on-demand plugins described in `plugins_dir` (each <node>.json an OnDemand, its pid file beside it)."""
+    return KubeletDaemon(api, {n: StandInKubelet(n, driver, d, minor) for n, d in nodes.items()},
+                         plugins_dir=plugins_dir, driver=driver, minor=minor)

@@ -2,7 +2,10 @@
 
 A node's plugin either runs already (NVIDIA's, which also publishes) or is started by the stand-in
 when the first pod holding claims is bound to that node (`OnDemand`: ours, whose slices come from the
-publisher), so a large fleet runs no plugin it does not use.
+publisher), so a large fleet runs no plugin it does not use. On-demand plugins are files in
+<home>/standin-plugins, read by the running stand-in every round, as a DaemonSet's pods follow the
+nodes: a node that joins gets its file (`add_plugin`), one that leaves loses it (`remove_plugin`), and a
+rewritten file (a node's mode switched) has that node's plugin stopped and started anew from it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class OnDemand:
     argv: list[str]
     log: str
     env: dict[str, str] = field(default_factory=dict)
+    registry: str = ""  # the plugin's registration directory (the kubelet's plugins_registry of that node)
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,7 +40,7 @@ class OnDemand:
     @classmethod
     def read(cls, path: Path) -> OnDemand:
         data = json.loads(path.read_text())
-        return cls(list(data["argv"]), data["log"], dict(data.get("env") or {}))
+        return cls(list(data["argv"]), data["log"], dict(data.get("env") or {}), str(data.get("registry") or ""))
 
     def start(self, pid_file: Path) -> subprocess.Popen:
         """Start it in a session of its own (the stand-in stops it; `down` stops it if the stand-in died)."""
@@ -49,16 +53,37 @@ class OnDemand:
         return proc
 
 
+def plugin_file(home: Path, node: str) -> Path:
+    """Where the stand-in of `home` reads how to start `node`'s plugin."""
+    return Path(home) / ON_DEMAND_DIR / f"{node}.json"
+
+
+def add_plugin(home: Path, node: str, how: OnDemand) -> None:
+    """Give `node` its on-demand plugin (or replace how it starts: the running one is stopped for it)."""
+    if not how.registry:
+        raise ValueError(f"node {node}: an on-demand plugin needs its registry directory")
+    path = plugin_file(home, node)
+    partial = path.with_suffix(".partial")  # the stand-in must never read half a file
+    how.write(partial)
+    partial.replace(path)
+
+
+def remove_plugin(home: Path, node: str) -> None:
+    """`node` left: the stand-in stops its plugin and forgets the node."""
+    plugin_file(home, node).unlink(missing_ok=True)
+
+
 def start(home: Path, kubeconfig: Path, driver: str, nodes: dict[str, Path],
           on_demand: dict[str, OnDemand] | None = None) -> int:
-    """Start `python -m testbed.kubelet` for `nodes` (node -> plugin registry dir); returns its pid."""
+    """Start `python -m testbed.kubelet` for `nodes` (node -> plugin registry dir) and the on-demand plugins
+    of <home>/standin-plugins (`on_demand` written there first); returns its pid."""
     argv = [sys.executable, "-m", "testbed.kubelet", "--kubeconfig", str(kubeconfig), "--driver", driver]
     for node, registry in nodes.items():
         argv += ["--node", f"{node}={registry}"]
     for node, how in (on_demand or {}).items():
-        spec = home / ON_DEMAND_DIR / f"{node}.json"
-        how.write(spec)
-        argv += ["--start", f"{node}={spec}"]
+        add_plugin(home, node, how)
+    if on_demand is not None:
+        argv += ["--plugins-dir", str(Path(home) / ON_DEMAND_DIR)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
     with open(home / KUBELET_LOG, "ab") as log:

@@ -15,7 +15,7 @@ from typing import Any
 from testbed.workloads.selectors import OPS
 
 OPERATORS = tuple(OPS)
-STEP_OPS = ("shared", "arrive", "depart", "released")
+STEP_OPS = ("shared", "arrive", "depart", "released", "add-node", "replace-node", "switch-mode", "roll-driver")
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 
@@ -173,10 +173,45 @@ def check_steps(steps: Any, where: str = "steps.json") -> list[dict]:
         elif op == "depart":
             _keys(step, at, ("op", "pod"))
             _name(step["pod"], f"{at}.pod")
+        elif op in ("add-node", "replace-node"):
+            _keys(step, at, ("op", "node", "board", "count", "mode"))
+            _name(step["node"], f"{at}.node")
+            _hardware(step, at)
+        elif op == "switch-mode":
+            _keys(step, at, ("op", "node", "mode"))
+            _name(step["node"], f"{at}.node")
+            _mode(step["mode"], f"{at}.mode")
+        elif op == "roll-driver":
+            _keys(step, at, ("op", "generation"))
+            _type(step["generation"], int, f"{at}.generation", "a whole number")
         else:
             _keys(step, at, ("op", "node"))
             _name(step["node"], f"{at}.node")
     return steps
+
+
+def _mode(value: Any, where: str) -> str:
+    from fake_gpus.node import ModeError, parse_mode
+
+    _type(value, str, where, "whole, static-mig:<layout> or dynamic-mig")
+    try:
+        parse_mode(value)
+    except ModeError as exc:
+        raise BundleError(f"{where}: {exc}") from exc
+    return value
+
+
+def _hardware(step: dict, at: str) -> None:
+    """A node's board, GPU count and mode, checked as a layout's `--node NAME=BOARD:COUNT:MODE` is."""
+    from testbed.clusters.layout import Layout, LayoutError, check_layout, parse_node_flag
+
+    _type(step["board"], str, f"{at}.board", "a board key")
+    _type(step["count"], int, f"{at}.count", "a whole number")
+    _mode(step["mode"], f"{at}.mode")
+    try:
+        check_layout(Layout((parse_node_flag(f"{step['node']}={step['board']}:{step['count']}:{step['mode']}"),)))
+    except LayoutError as exc:
+        raise BundleError(f"{at}: {exc}") from exc
 
 
 def read_json(file: Path, default: Any = None) -> Any:

@@ -1,5 +1,6 @@
 """`dra-testbed replay BUNDLE`: a failing workload run again on a fresh cluster of any backend, with the
-bundle's layout and driver faults (through ClusterSpec.driver, never this process's environment)."""
+bundle's layout and driver faults (through ClusterSpec.driver, never this process's environment). Steps
+that change the fleet (hardware evolution) replay on a fresh KWOK cluster only."""
 
 from __future__ import annotations
 
@@ -26,20 +27,38 @@ def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubec
     from testbed.clusters.registry import cluster_for
     from testbed.workloads.runner import PropertyFailure, Runner
 
+    from testbed.workloads.steps import EVOLUTION
+
     layout, steps, context = load_bundle(directory)
     faults = context.get("faults") or ""
+    evolves = sorted({s.op for s in steps if isinstance(s, EVOLUTION)})
+    if evolves and (kubeconfig or (backend or context.get("backend") or "kwok") != "kwok"):
+        raise ValueError(f"{directory}: its steps change the fleet ({', '.join(evolves)}), which only a fresh KWOK cluster "
+                         "allows; valid: leave out --kubeconfig and use --backend kwok")
     cluster = None
     try:
         if kubeconfig:
             api = config.new_client_from_config(config_file=kubeconfig)
         else:
             cluster = cluster_for(backend or context.get("backend") or "kwok", f"prop-replay-{uuid.uuid4().hex[:6]}")
-            driver = DriverSpec(env=fault_env(faults.split(","))) if faults else DriverSpec()
+            # a fleet-changing replay switches the faults on by a driver update once the bed is up, as its
+            # test did: a fault such as joined-node-unpublished would keep the bed's own nodes from coming up
+            driver = DriverSpec(env=fault_env(faults.split(","))) if faults and not evolves else DriverSpec()
             cluster.create(ClusterSpec(name=cluster.name, k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout, driver=driver))
             api = cluster.api_client()
+            if faults and evolves:
+                from testbed.clusters.kwok.fleet import KwokFleet
+
+                KwokFleet(cluster, api).roll_driver(fault_env(faults.split(",")))
         runner = Runner(api, layout_yaml(layout), bundle_dir=None, context=context).open()
         try:
-            runner.run_steps(steps)
+            if evolves:
+                from testbed.clusters.kwok.fleet import KwokFleet
+                from testbed.workloads.evolution import Evolution
+
+                Evolution(runner, KwokFleet(cluster, api)).run_steps(steps)
+            else:
+                runner.run_steps(steps)
         except PropertyFailure as failure:
             print(f"replay of {directory}: still failing\n{failure}", file=sys.stderr)
             return 1

@@ -146,7 +146,7 @@ class Runner:
             pods[name] = PodView(name, pod.spec.node_name, claims, _condition(pod))
         return World(self.namespace, snap, pods)
 
-    def _pod_claims(self, pod_name: str) -> dict[str, str]:
+    def pod_claims(self, pod_name: str) -> dict[str, str]:
         """Pod claim name -> ResourceClaim name, for the claims that exist so far."""
         spec = self.pods[pod_name]
         names = {c.name: c.shared for c in spec.claims if c.shared}
@@ -264,16 +264,22 @@ class Runner:
 
     def _fallback(self, pod: PodSpec, before: Snapshot, after: Snapshot, solution: Solution, node: str) -> list[Violation]:
         """The chosen firstAvailable alternatives are the ones the model's search picks first on that node."""
-        problems = properties.fallback(pod, self._pod_claims(pod.name), self.namespace, self.shared, before, after, solution, node)
+        problems = properties.fallback(pod, self.pod_claims(pod.name), self.namespace, self.shared, before, after, solution, node)
         self._count("fallback-skipped" if problems is None else "fallback-checked")
         return problems or []
 
     def depart(self, pod_name: str) -> None:
         """Delete the pod; wait until its claims are released; then wait for pods that now fit (liveness)."""
         self.steps.append(Depart(pod_name))
-        claims = self._pod_claims(pod_name)
-        spec = self.pods.pop(pod_name)
+        claims = self.pod_claims(pod_name)
         self.core.delete_namespaced_pod(pod_name, self.namespace, grace_period_seconds=0)
+        self.released(pod_name, claims)
+        self.settle()
+
+    def released(self, pod_name: str, claims: dict[str, str]) -> None:
+        """The pod is gone or going (deleted, evicted): wait until it is gone and its `claims` (pod claim ->
+        ResourceClaim, read while it was there) are released; it is no longer ours."""
+        spec = self.pods.pop(pod_name)
         self._wait_until_empty(self.core.list_namespaced_pod, max(self.bound, 60), name=pod_name)
         for entry in spec.claims:
             name = claims.get(entry.name)
@@ -285,7 +291,6 @@ class Runner:
                 self._await(self.resource.list_namespaced_resource_claim,
                             lambda objects: all(pod_name not in _reserved_for(c) for c in objects.values()),
                             max(self.bound, 60), name=name, what=f"{name} released by {pod_name}")
-        self.settle()
 
     def settle(self) -> None:
         """Wait until no pending pod fits per the model: each that does must get scheduled within the bound."""

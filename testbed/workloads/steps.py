@@ -57,7 +57,59 @@ class Released:
         return {"op": self.op, "node": self.node}
 
 
-Step = Union[AddShared, Arrive, Depart, Released]
+@dataclass(frozen=True)
+class _NodeHardware:
+    """A node named `node` with `count` x `board` in `mode` (whole, static-mig:<layout>, dynamic-mig)."""
+
+    node: str
+    board: str
+    count: int
+    mode: str
+    op: ClassVar[str] = ""
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "node": self.node, "board": self.board, "count": self.count, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class AddNode(_NodeHardware):
+    """Hardware evolution: a machine with that hardware joins."""
+
+    op: ClassVar[str] = "add-node"
+
+
+@dataclass(frozen=True)
+class ReplaceNode(_NodeHardware):
+    """Hardware evolution: the node is drained, leaves, and comes back with that hardware."""
+
+    op: ClassVar[str] = "replace-node"
+
+
+@dataclass(frozen=True)
+class SwitchMode:
+    """Hardware evolution: node `node` is drained and switched to `mode` (whole, static-mig:<layout>, dynamic-mig)."""
+
+    node: str
+    mode: str
+    op: ClassVar[str] = "switch-mode"
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "node": self.node, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class RollDriver:
+    """Hardware evolution: the driver is updated to generation `generation` with claims allocated and prepared."""
+
+    generation: int
+    op: ClassVar[str] = "roll-driver"
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "generation": self.generation}
+
+
+Step = Union[AddShared, Arrive, Depart, Released, AddNode, ReplaceNode, SwitchMode, RollDriver]
+EVOLUTION = (AddNode, ReplaceNode, SwitchMode, RollDriver)
 
 
 def from_json(data: dict) -> Step:
@@ -71,4 +123,11 @@ def from_json(data: dict) -> Step:
         return Depart(data["pod"])
     if op == Released.op:
         return Released(data["node"])
-    raise ValueError(f"unknown step {op!r}; valid: {', '.join(s.op for s in (AddShared, Arrive, Depart, Released))}")
+    if op in (AddNode.op, ReplaceNode.op):
+        kind = AddNode if op == AddNode.op else ReplaceNode
+        return kind(data["node"], data["board"], int(data["count"]), data["mode"])
+    if op == SwitchMode.op:
+        return SwitchMode(data["node"], data["mode"])
+    if op == RollDriver.op:
+        return RollDriver(int(data["generation"]))
+    raise ValueError(f"unknown step {op!r}; valid: {', '.join(s.op for s in (AddShared, Arrive, Depart, Released) + EVOLUTION)}")

@@ -23,7 +23,7 @@ from fake_gpus.nvml.build import ensure_library
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
-from testbed.clusters.layout import Layout
+from testbed.clusters.layout import Layout, NodeSpec
 from testbed.kubelet import process as standin
 
 
@@ -45,6 +45,19 @@ class KwokDriver(abc.ABC):
     @abc.abstractmethod
     def stop(cls, home: Path) -> None:
         """Stop every process of this kind of driver at `home`; safe to call when none runs."""
+
+    def join(self, home: Path, kubeconfig: Path, node: NodeSpec) -> None:
+        """Serve `node`, which joins (or changed its mode) while the driver runs, as a DaemonSet would."""
+        raise ClusterError(f"a driver of kind {self.spec.kind!r} on KWOK serves only the nodes it started with; valid for node changes: ours")
+
+    def leave(self, home: Path, node: str) -> None:
+        """Stop serving `node`, which left."""
+        raise ClusterError(f"a driver of kind {self.spec.kind!r} on KWOK serves only the nodes it started with; valid for node changes: ours")
+
+    def roll(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
+        """Replace the running driver of this kind by this spec's, node by node as a DaemonSet's rolling
+        update does, leaving the kubelets running; returns once it has published again."""
+        raise ClusterError(f"a driver of kind {self.spec.kind!r} on KWOK cannot be rolled; valid: ours (or deploy_driver)")
 
 
 def socket_root(home: Path) -> Path:
@@ -77,21 +90,38 @@ class OurDriver(KwokDriver):
 
     def _start_kubelet(self, home: Path) -> None:
         """The stand-in kubelet, with each node's plugin to start when a pod there holds claims."""
-        library, sockets = ensure_library(), socket_root(home)
-        registries, plugins = {}, {}
-        for node in self._layout.nodes:
-            where = sockets / hashlib.sha256(node.name.encode()).hexdigest()[:8]
-            registries[node.name] = where / "registry"
-            mig = MIG_STATIC if node.mode.kind == "static-mig" else MIG_DYNAMIC
-            files = home / "plugins" / node.name
-            files.mkdir(parents=True, exist_ok=True)
-            plugins[node.name] = standin.OnDemand(
-                [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node.name,
-                 "--state-dir", str(home / "nvml" / node.name), "--nvml-lib-dir", str(library),
-                 "--plugin-dir", str(where / "plugin"), "--registry-dir", str(where / "registry"),
-                 "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(self._kubeconfig), "--mig", mig],
-                str(files / "plugin.log"), self.spec.process_env())
-        standin.start(home, self._kubeconfig, self.spec.name, registries, plugins)
+        plugins = {node.name: self.plugin(home, self._kubeconfig, node) for node in self._layout.nodes}
+        standin.start(home, self._kubeconfig, self.spec.name, {}, plugins)
+
+    def plugin(self, home: Path, kubeconfig: Path, node: NodeSpec) -> standin.OnDemand:
+        """How the stand-in starts `node`'s plugin: its MIG mode is the node's."""
+        where = socket_root(home) / hashlib.sha256(node.name.encode()).hexdigest()[:8]
+        mig = MIG_STATIC if node.mode.kind == "static-mig" else MIG_DYNAMIC
+        files = home / "plugins" / node.name
+        files.mkdir(parents=True, exist_ok=True)
+        return standin.OnDemand(
+            [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node.name,
+             "--state-dir", str(home / "nvml" / node.name), "--nvml-lib-dir", str(ensure_library()),
+             "--plugin-dir", str(where / "plugin"), "--registry-dir", str(where / "registry"),
+             "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(kubeconfig), "--mig", mig],
+            str(files / "plugin.log"), self.spec.process_env(), registry=str(where / "registry"))
+
+    def join(self, home: Path, kubeconfig: Path, node: NodeSpec) -> None:
+        standin.add_plugin(home, node.name, self.plugin(home, kubeconfig, node))
+
+    def leave(self, home: Path, node: str) -> None:
+        standin.remove_plugin(home, node)
+
+    def roll(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
+        launch.stop_publisher(home)
+        self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
+                                            node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
+        try:
+            launch.wait_publisher(home, self._proc)
+        except RuntimeError as exc:
+            raise ClusterError(str(exc)) from exc
+        for node in layout.nodes:  # the stand-in replaces each plugin by one of this spec
+            self.join(home, kubeconfig, node)
 
     @classmethod
     def stop(cls, home: Path) -> None:
