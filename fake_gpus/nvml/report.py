@@ -7,6 +7,7 @@ stays up afterwards, so a pod keeps its devices while a test inspects the node.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -34,6 +35,28 @@ def _mig_devices(handle) -> list[dict]:
             "compute_instance_id": pynvml.nvmlDeviceGetComputeInstanceId(mig),
         })
     return found
+
+
+def _gpu_instances(handle) -> list[dict] | None:
+    """The GPU instances NVML shows on a MIG-mode GPU, with or without a compute instance (a MIG device is
+    a compute instance: a GPU instance left without one is no MIG device, yet holds its slices). None
+    where NVML refuses the listing (real NVML requires a privileged user for it)."""
+    found = []
+    try:
+        for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                profile = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+                continue  # a profile this board does not offer
+            buf = (pynvml.c_nvmlGpuInstance_t * max(1, profile.instanceCount))()
+            count = ctypes.c_uint(0)
+            pynvml.nvmlDeviceGetGpuInstances(handle, profile.id, buf, ctypes.byref(count))
+            for k in range(count.value):
+                info = pynvml.nvmlGpuInstanceGetInfo(buf[k])
+                found.append({"id": info.id, "profile_id": info.profileId, "start": info.placement.start, "size": info.placement.size})
+    except pynvml.NVMLError:
+        return None
+    return sorted(found, key=lambda g: g["id"])
 
 
 def _optional(call, *args):
@@ -79,6 +102,7 @@ def report() -> dict:
                 "memory_total": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
                 "mig_mode": current,
                 "mig_devices": _mig_devices(handle) if current else [],
+                "gpu_instances": _gpu_instances(handle) if current else [],
                 **_facts(handle),
             })
         out["devices"] = devices

@@ -26,11 +26,12 @@ from nvml_helpers import VIEW, json_lines
 
 @pytest.fixture
 def in_container(client_env):
-    """run(state_dir, nodes) -> the VIEW rows of a client whose /dev holds just `nodes` (name -> (major, minor))."""
+    """run(state_dir, nodes) -> the JSON lines of a client (VIEW, or the Python file `program`) whose /dev holds
+    just `nodes` (name -> (major, minor))."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.fail("these tests need root and util-linux `unshare` (a private mount namespace with its own /dev)")
 
-    def run(state_dir, nodes: dict[str, tuple[int, int]], env: dict[str, str] | None = None) -> list:
+    def run(state_dir, nodes: dict[str, tuple[int, int]], env: dict[str, str] | None = None, program=None) -> list:
         steps = ["mount -t tmpfs none /dev", "mknod -m 666 /dev/null c 1 3", "mkdir /dev/nvidia-caps",
                  # the node's place for its state, read-only as every container on the node sees it
                  "mount -t tmpfs none /var/lib", f"mkdir -p {NODE_STATE_DIR}",
@@ -39,7 +40,8 @@ def in_container(client_env):
         script = " && ".join(steps) + ' && exec "$@"'
         environment = client_env(None, env)
         proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh",
-                               sys.executable, "-c", textwrap.dedent(VIEW)], env=environment, capture_output=True, text=True, timeout=300)
+                               sys.executable, *([str(program)] if program else ["-c", textwrap.dedent(VIEW)])],
+                              env=environment, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"client failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         return json_lines(proc)
 
@@ -103,3 +105,35 @@ def test_without_nvidiactl_the_environment_narrows_as_for_a_plain_process(in_con
     ensure_machine(d)
     rows = in_container(d, _gpu(gpus[0].minor), {"NVIDIA_VISIBLE_DEVICES": gpus[2].uuid})
     assert [r[0] for r in rows] == [gpus[2].uuid]
+
+
+def test_the_mig_monitor_capability_shows_a_leaked_gpu_instance_to_the_workload_report(in_container, three_gpu_node):
+    """The conformance suite's leak probe (a privileged pod: every device node, mig/monitor among them) must
+    see a GPU instance a driver left behind without its compute instance: no MIG device, yet its slices
+    are taken. A pod given only the GPU sees neither that nor the MIG devices (the blind spot it replaced)."""
+    import fake_gpus.nvml.report as report_module
+    from fake_gpus.catalog import get_board
+    from fake_gpus.nvml import state
+
+    d, gpus, uuids = three_gpu_node
+    ensure_machine(d)
+    _, mig = validate_state_dir(d)
+    board = get_board(gpus[1].board)
+    profile = next(p for p in board.gpu_instance_profiles if p.id == mig.gpu_instances[0].profile_id)
+    start = profile.placements[2]  # the fixture's two MIG devices sit at the first two placements
+    gid = board.memory_slices // profile.memory_slices - 1 + start // profile.memory_slices  # as the fixture numbers them
+    leaked = state.GpuInstanceRecord(1, gid, profile.id, start, profile.memory_slices)
+    mig.gpu_instances.append(leaked)
+    state.write_mig_state(d, mig)
+    m = gpus[1].minor
+
+    def gpu_row(nodes):
+        (out,) = in_container(d, nodes, program=report_module.__file__)
+        return next(g for g in out["devices"] if g["uuid"] == gpus[1].uuid)
+
+    monitor = gpu_row({**CTL, **_gpu(m), "nvidia-caps/nvidia-cap2": (NVIDIA_CAPS_MAJOR, 2)})
+    assert sorted(x["uuid"] for x in monitor["mig_devices"]) == sorted(uuids)
+    assert {(g["id"], g["start"]) for g in monitor["gpu_instances"]} == {(g.id, g.start) for g in mig.gpu_instances if g.gpu == 1}
+    assert (leaked.id, leaked.start) in {(g["id"], g["start"]) for g in monitor["gpu_instances"]}
+    blind = gpu_row({**CTL, **_gpu(m)})
+    assert blind["mig_mode"] == 1 and blind["mig_devices"] == [] and blind["gpu_instances"] == []
