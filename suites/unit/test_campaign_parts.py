@@ -229,6 +229,9 @@ def test_a_killed_unit_is_back_only_once_its_probe_says_it_serves(tmp_path: Path
     pid_file = tmp_path / "unit.pid"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     pid_file.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 60
+    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # exec'd: a command line to adopt
     unit = Unit.adopt("slow-starter", "test", pid_file)
     serving = threading.Event()
     unit.ready = serving.is_set  # what /readyz would say: the new process runs well before it serves
@@ -313,3 +316,27 @@ def test_stopping_the_chaos_does_not_wait_out_a_unit_that_is_not_back() -> None:
     started = time.monotonic()
     chaos.__exit__(None, None, None)
     assert time.monotonic() - started < 5 and chaos.errors == [] and chaos.kills == []
+
+
+def test_a_runners_bound_is_counted_in_up_time() -> None:
+    from testbed.waiting import WaitTimeout
+    from testbed.workloads.runner import Runner
+
+    calls: list[float] = []
+
+    def never(left: float) -> None:
+        calls.append(left)
+        time.sleep(left)
+        raise WaitTimeout(f"timed out after {left:.1f}s")
+
+    runner = Runner(client.ApiClient(), "", bound=0.5)
+    with pytest.raises(WaitTimeout) as plain:
+        runner._bounded(never, 1.0)
+    assert len(calls) == 1 and not getattr(plain.value, "excused", 0)  # nothing excused: one wait of the bound
+    calls.clear()
+    started = time.monotonic()
+    runner.excused = lambda t0, t1: min(t1 - t0, 3.0)  # a component down for the first 3 s of the wait
+    with pytest.raises(WaitTimeout) as extended:
+        runner._bounded(never, 1.0)
+    assert 3.8 < time.monotonic() - started < 6.0 and len(calls) >= 4, calls  # the bound plus the downtime
+    assert extended.value.excused == pytest.approx(3.0)
