@@ -340,3 +340,20 @@ def test_a_runners_bound_is_counted_in_up_time() -> None:
         runner._bounded(never, 1.0)
     assert 3.8 < time.monotonic() - started < 6.0 and len(calls) >= 4, calls  # the bound plus the downtime
     assert extended.value.excused == pytest.approx(3.0)
+
+
+def test_a_kill_of_a_plugin_not_started_yet_is_not_counted(tmp_path: Path) -> None:
+    from testbed.campaign.chaos import Chaos
+
+    pid_file = tmp_path / "plugin.pid"  # the stand-in kubelet writes it once it starts the plugin
+    unit = Unit.watched("plugin/n", "plugin", pid_file)
+    with Supervisor([unit], period=0.05) as supervisor:
+        with Chaos(supervisor, seed=3, limit=2, interval=(0.05, 0.1), kinds=("plugin",)) as chaos:
+            time.sleep(1.0)
+            assert chaos.kills == []  # kill() found nothing to kill: no kill in the count
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+            pid_file.write_text(f"{proc.pid}\n")
+            deadline = time.monotonic() + 30
+            while not chaos.kills and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert [k.unit for k in chaos.kills][:1] == ["plugin/n"] and proc.wait(timeout=10) == -9
