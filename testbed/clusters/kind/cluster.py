@@ -20,6 +20,7 @@ from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.kind.driver import READY_TIMEOUT, kind_driver
 from testbed.clusters.kind.inotify import InotifyLimitError, ensure_limits
+from testbed.clusters.kind.kind_cli import run_kind
 from testbed.clusters.kind.gpu_nodes import BASE_SPEC_IN_NODE, make_device_nodes, write_base_spec
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
@@ -52,8 +53,8 @@ class KindCluster(Cluster):
         return ensure(minor, ["kind"]).path("kind")
 
     def _kind(self, kind: Path, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
-        env = dict(os.environ, KIND_EXPERIMENTAL_PROVIDER="docker")
-        out = subprocess.run([str(kind), *args], env=env, capture_output=True, text=True, timeout=timeout)
+        # interrupted, kind's own `docker run`s still make their containers: run_kind lets them, so the teardown sees them
+        out = run_kind(kind, list(args), dict(os.environ, KIND_EXPERIMENTAL_PROVIDER="docker"), timeout)
         if check and out.returncode != 0:
             log = self.home / "kind.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +63,15 @@ class KindCluster(Cluster):
             last = (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:] or ["no output"]
             raise ClusterError(f"kind {args[0]} {args[1] if len(args) > 1 else ''} failed: {last[0]} (log: {log})")
         return out
+
+    def _remove_containers(self, timeout: float = 60.0) -> None:
+        """`docker rm -f` every node container until none is listed (a removal can fail while docker still
+        starts that container)."""
+        deadline = time.monotonic() + timeout
+        while (names := self.node_containers()) and time.monotonic() < deadline:
+            for name in names:
+                docker("rm", "-f", "-v", name, check=False)
+            time.sleep(0.5)
 
     def node_containers(self) -> list[str]:
         """Names of this cluster's node containers (kind labels them with the cluster name)."""
@@ -181,8 +191,7 @@ class KindCluster(Cluster):
                               f"trying again ({attempt + 1} of {CREATE_ATTEMPTS})[/yellow]")
                 self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"),
                            check=False)
-                for name in self.node_containers():
-                    docker("rm", "-f", "-v", name, check=False)
+                self._remove_containers()
 
     def node_name(self, node: KindNode) -> str:
         """kind's container (= Kubernetes node) name of a planned node."""
@@ -305,8 +314,7 @@ class KindCluster(Cluster):
                     kind = None
             if kind is not None:
                 self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"), check=False)
-            for name in self.node_containers():
-                docker("rm", "-f", "-v", name, check=False)
+            self._remove_containers()
         remove_kind_network_if_unused()
         if not keep_home:
             shutil.rmtree(self.home, ignore_errors=True)
