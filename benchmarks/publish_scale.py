@@ -176,15 +176,25 @@ def save_profile(api: client.ApiClient, folder: Path | None, name: str, query: s
     (folder / f"apiserver-{name}.pb.gz").write_bytes(response.data)
 
 
+def profiler_token(api: client.ApiClient) -> str:
+    """A bearer token allowed to read pprof: the components authenticate callers by TokenReview (they know no
+    client CA) and authorize them by SubjectAccessReview, so a service account bound to cluster-admin."""
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core.create_namespaced_service_account("default", {"metadata": {"name": "bench-profiler"}})
+    rbac.create_cluster_role_binding({"metadata": {"name": "bench-profiler"},
+                                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                                      "subjects": [{"kind": "ServiceAccount", "name": "bench-profiler", "namespace": "default"}]})
+    return core.create_namespaced_service_account_token("bench-profiler", "default", {"spec": {}}).status.token
+
+
 def save_component_heaps(cluster: KwokCluster, api: client.ApiClient, folder: Path | None) -> None:
-    """The scheduler's and controller-manager's heap profiles into `folder`: their secure ports serve pprof to
-    the admin's client certificate (their serving certificates are self-signed: not verified, loopback only)."""
+    """The scheduler's and controller-manager's heap profiles into `folder`, read from their secure ports
+    (their serving certificates are self-signed: not verified, loopback only)."""
     if folder is None:
         return
     options = next(d for d in yaml.safe_load_all((cluster.kwok_dir / "kwok.yaml").read_text())
                    if isinstance(d, dict) and d.get("kind") == "KwokctlConfiguration")["options"]
-    cfg = api.configuration
-    pool = urllib3.PoolManager(cert_file=cfg.cert_file, key_file=cfg.key_file, cert_reqs="CERT_NONE")
+    pool = urllib3.PoolManager(cert_reqs="CERT_NONE", headers={"Authorization": f"Bearer {profiler_token(api)}"})
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     for component, option in (("kube-scheduler", "kubeSchedulerPort"), ("kube-controller-manager", "kubeControllerManagerPort")):
         response = pool.request("GET", f"https://127.0.0.1:{options[option]}/debug/pprof/heap", timeout=120)

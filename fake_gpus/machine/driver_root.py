@@ -50,16 +50,30 @@ def write_device_nodes(root: Path, gpu_minors: list[int]) -> None:
         os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
 
 
+def _install(source: Path, dest: Path, mode: int) -> None:
+    """`dest` as a regular file with `source`'s content: a hard link when both are on one filesystem (a fleet
+    of thousands of KWOK nodes would otherwise hold thousands of copies, 350 KB each), else a copy. Each
+    node's library still has a path of its own, which is how it finds its node; no process loads two nodes'."""
+    if dest.exists() and os.path.samefile(source, dest):
+        return
+    tmp = dest.with_name(dest.name + f".tmp.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # another filesystem (or one without links): a copy
+        shutil.copyfile(source, tmp)
+        tmp.chmod(mode)
+    os.replace(tmp, dest)
+
+
 def write_driver_root(state_dir: Path, driver_version: str, gpu_minors: list[int] | None = None) -> Path:
-    """`<state>/driver-root` holding the fake library (a copy, as a real install's regular file), nvidia-smi
+    """`<state>/driver-root` holding the fake library (a regular file, as a real install's), nvidia-smi
     and the GPUs' device nodes."""
     root = Path(state_dir) / DRIVER_ROOT_DIR
     lib_dir = root / LIB_DIR
     lib_dir.mkdir(parents=True, exist_ok=True)
     real = lib_dir / f"libnvidia-ml.so.{driver_version}"
-    tmp = real.with_name(real.name + f".tmp.{os.getpid()}")
-    shutil.copyfile(ensure_library() / SONAME, tmp)
-    os.replace(tmp, real)
+    _install(ensure_library() / SONAME, real, 0o755)
     for name in (SONAME, LINKER_NAME):
         link = lib_dir / name
         if not link.is_symlink():
@@ -67,9 +81,6 @@ def write_driver_root(state_dir: Path, driver_version: str, gpu_minors: list[int
             link.symlink_to(real.name)
     smi = root / SMI  # the C nvidia-smi, linked against libnvidia-ml.so.1 (its rpath finds the copy above)
     smi.parent.mkdir(parents=True, exist_ok=True)
-    tmp = smi.with_name(smi.name + f".tmp.{os.getpid()}")
-    shutil.copyfile(ensure_library() / SMI_BINARY, tmp)
-    tmp.chmod(0o755)
-    os.replace(tmp, smi)
+    _install(ensure_library() / SMI_BINARY, smi, 0o755)
     write_device_nodes(root, gpu_minors or [])
     return root
