@@ -25,8 +25,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import urllib3
-import yaml
 from kubernetes import client
 
 from fake_gpus.driver.paging import pages
@@ -176,34 +174,6 @@ def save_profile(api: client.ApiClient, folder: Path | None, name: str, query: s
     (folder / f"apiserver-{name}.pb.gz").write_bytes(response.data)
 
 
-def profiler_token(api: client.ApiClient) -> str:
-    """A bearer token allowed to read pprof: the components authenticate callers by TokenReview (they know no
-    client CA) and authorize them by SubjectAccessReview, so a service account bound to cluster-admin."""
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    core.create_namespaced_service_account("default", {"metadata": {"name": "bench-profiler"}})
-    rbac.create_cluster_role_binding({"metadata": {"name": "bench-profiler"},
-                                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                                      "subjects": [{"kind": "ServiceAccount", "name": "bench-profiler", "namespace": "default"}]})
-    return core.create_namespaced_service_account_token("bench-profiler", "default", {"spec": {}}).status.token
-
-
-def save_component_heaps(cluster: KwokCluster, api: client.ApiClient, folder: Path | None) -> None:
-    """The scheduler's and controller-manager's heap profiles into `folder`, read from their secure ports
-    (their serving certificates are self-signed: not verified, loopback only)."""
-    if folder is None:
-        return
-    options = next(d for d in yaml.safe_load_all((cluster.kwok_dir / "kwok.yaml").read_text())
-                   if isinstance(d, dict) and d.get("kind") == "KwokctlConfiguration")["options"]
-    pool = urllib3.PoolManager(cert_reqs="CERT_NONE", headers={"Authorization": f"Bearer {profiler_token(api)}"})
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    for component, option in (("kube-scheduler", "kubeSchedulerPort"), ("kube-controller-manager", "kubeControllerManagerPort")):
-        response = pool.request("GET", f"https://127.0.0.1:{options[option]}/debug/pprof/heap", timeout=120)
-        if response.status == 200:
-            (folder / f"{component}-heap.pb.gz").write_bytes(response.data)
-        else:
-            print(f"  no heap profile of {component}: HTTP {response.status}", flush=True)
-
-
 def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", profile: Path | None = None,
         stock: bool = False) -> dict:
     name = f"bench-{uuid.uuid4().hex[:6]}"
@@ -230,7 +200,7 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         publish_seconds = time.monotonic() - started
         cpu_published = cpu_seconds(processes(cluster))
         save_profile(api, profile, "heap")
-        save_component_heaps(cluster, api, profile)
+        published_rss = peak_rss(processes(cluster))  # before any pod: what holding the slices costs
         n_slices, n_devices = check_pools(api, nodes)
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
         all_rss = peak_rss(processes(cluster))
@@ -246,6 +216,7 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         kwok_cpu = show_cpu("KWOK alone", cpu_start, cpu_kwok)
         publish_cpu = show_cpu("publishing", {**cpu_kwok, "publisher": 0.0}, cpu_published)
         kwok_total = show_memory("after KWOK alone", kwok_rss)
+        show_memory("after publishing, before pods", published_rss)
         total = show_memory("after publishing and scheduling", all_rss)
         print(f"  ratio publish time / KWOK nodes time: {publish_seconds / kwok_seconds:.2f} (goal {GOAL})")
         print(f"  ratio publish CPU / KWOK nodes CPU: {publish_cpu / kwok_cpu:.2f} (all processes; the benchmark's own creation included)")
