@@ -13,18 +13,21 @@ fleet. Every process's peak RSS (VmHWM) is read at the end of each phase and sum
 (fake_gpus/driver/credentials.py); `admin`: with the cluster's admin certificate (the baseline of their cost);
 `both`: one run each, then their ratio. `--stock`: without the large-fleet control-plane settings
 (testbed/clusters/kwok/tuning.py); `--profile DIR`: the apiserver's CPU (first minute of publishing) and
-heap profiles.
+heap profiles, and the scheduler's and controller-manager's heaps after publishing and after the pods.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import urllib3
+import yaml
 from kubernetes import client
 
 from fake_gpus.driver.paging import pages
@@ -32,6 +35,7 @@ from fake_gpus.machine import launch
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster, node_object
+from testbed.clusters.kwok import cluster as kwok_cluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.namespaces import create_namespace
 from testbed.waiting import wait_for
@@ -174,6 +178,42 @@ def save_profile(api: client.ApiClient, folder: Path | None, name: str, query: s
     (folder / f"apiserver-{name}.pb.gz").write_bytes(response.data)
 
 
+PPROF_OPEN = {"authorization-always-allow-paths": "/healthz,/readyz,/livez,/debug/pprof/*"}
+
+
+def open_component_pprof() -> None:
+    """For --profile only: the scheduler and controller-manager serve pprof to anyone on loopback. kwokctl's
+    components authenticate nobody (no client CA, no TokenReview), so pprof answers 403 to any credential
+    unless its path is always allowed."""
+    plain = kwok_cluster.component_patches
+
+    def patched(large: bool) -> dict:
+        patches = plain(large)
+        for component in ("kube-scheduler", "kube-controller-manager"):
+            patches.setdefault(component, {}).setdefault("args", {}).update(PPROF_OPEN)
+        return patches
+
+    kwok_cluster.component_patches = patched
+
+
+def save_component_heaps(cluster: KwokCluster, folder: Path | None) -> None:
+    """The scheduler's and controller-manager's heap profiles into `folder` (self-signed serving
+    certificates: not verified, loopback only)."""
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    options = next(d for d in yaml.safe_load_all((cluster.kwok_dir / "kwok.yaml").read_text())
+                   if isinstance(d, dict) and d.get("kind") == "KwokctlConfiguration")["options"]
+    pool = urllib3.PoolManager(cert_reqs="CERT_NONE")
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    for component, option in (("kube-scheduler", "kubeSchedulerPort"), ("kube-controller-manager", "kubeControllerManagerPort")):
+        response = pool.request("GET", f"https://127.0.0.1:{options[option]}/debug/pprof/heap", timeout=120)
+        if response.status == 200:
+            (folder / f"{component}-heap.pb.gz").write_bytes(response.data)
+        else:
+            print(f"  no heap profile of {component}: HTTP {response.status}", flush=True)
+
+
 def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", profile: Path | None = None,
         stock: bool = False) -> dict:
     name = f"bench-{uuid.uuid4().hex[:6]}"
@@ -194,15 +234,22 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         started = time.monotonic()
         identity = (DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT) if credentials == "node" else None
         proc = launch.spawn_publisher(cluster.home, kubeconfig, node_identity=identity)
-        if profile:  # CPU of the apiserver during the first minute of publishing
-            save_profile(api, profile, "profile", "?seconds=60")
+        cpu_profile = None
+        if profile:  # CPU of the apiserver during the first minute of publishing, beside the timing
+            cpu_profile = threading.Thread(target=save_profile, args=(api, profile, "profile", "?seconds=60"))
+            cpu_profile.start()
         launch.wait_publisher(cluster.home, proc)  # returns once the first publish is done
         publish_seconds = time.monotonic() - started
+        if cpu_profile:
+            cpu_profile.join()
         cpu_published = cpu_seconds(processes(cluster))
         save_profile(api, profile, "heap")
+        save_component_heaps(cluster, profile)
         published_rss = peak_rss(processes(cluster))  # before any pod: what holding the slices costs
         n_slices, n_devices = check_pools(api, nodes)
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
+        if profile:
+            save_component_heaps(cluster, profile / "after-pods")
         all_rss = peak_rss(processes(cluster))
         api.close()
         print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG, {credentials} credentials, "
@@ -237,6 +284,8 @@ def main() -> None:
     parser.add_argument("--stock", action="store_true", help="without the large-fleet control-plane settings")
     parser.add_argument("--profile", type=Path, help="save the apiserver's CPU (publish) and heap profiles here")
     args = parser.parse_args()
+    if args.profile:
+        open_component_pprof()
     for count in args.nodes:
         kinds = ("admin", "node") if args.credentials == "both" else (args.credentials,)
         results = {kind: run(count, args.fleet, args.k8s, args.pods, kind,
