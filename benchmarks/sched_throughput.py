@@ -11,6 +11,8 @@ H100s, as a node has at most 8). Three legs:
 2. pre-created: a KWOK bed whose publisher has published every node's slices and is then stopped.
 3. ours: the same bed with the publisher running (as `dra-testbed up` leaves it).
 
+Both beds run without the stand-in kubelet (pods are bound, not prepared), as scheduler_perf runs no kubelet.
+
 Legs 2 and 3 count a pod scheduled when it first shows a nodeName and sample every second exactly like
 scheduler_perf's throughput collector (first sample skipped, empty intervals merged), so the figures
 compare. The ratio ours / scheduler_perf is the goal (>= 0.9).
@@ -42,6 +44,7 @@ from hostenv.versions import release_for
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.kubelet import process as standin
 from testbed.namespaces import create_namespace
 from testbed.toolchain.gobuild import kubernetes_wrapper, run_go
 from testbed.toolchain.resolve import ensure
@@ -174,6 +177,9 @@ def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool) -> dict[s
     layout = Layout(tuple(NodeSpec(f"gpu-{i:04d}", "h100-80gb", gpus, Mode("whole")) for i in range(nodes)))
     try:
         cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout, allow_large=True))
+        # No stand-in kubelet: scheduler_perf runs none either, and ours starts a kubelet plugin process per
+        # node once a pod with claims lands there (some 70 MB each: 625 full nodes would need 44 GB).
+        standin.stop(cluster.home)
         if not publisher:
             launch.stop_publisher(cluster.home)  # its slices stay: the bed now has pre-created slices only
         api = cluster.api_client()
