@@ -76,10 +76,15 @@ def state(tmp_path: Path):
 def test_signal_during_up_cleans_up_everything(state: Path, phase: Phase, signum: int) -> None:
     code, err, ports = interrupt_at([sys.executable, "-m", "testbed.cli", "up", "--name", NAME, *NODES], state, phase, signum,
                                      ports_of=_ports)
-    assert "Traceback" not in err
-    if code == -signum:  # died of it before the CLI installed its handlers: nothing had started yet
+    # Died of it before the CLI installed its handlers: nothing had started yet. Either the default action, or
+    # SIGINT as Python's own KeyboardInterrupt: while the modules load (exit -2 with a traceback), or in the
+    # interpreter's first milliseconds, which CPython reports as a fatal error of its start-up (`init_import_site`,
+    # `init_sys_streams`; seen once on a loaded CI machine). Only "starting" may end so.
+    before_the_cli = code == -signum or err.startswith("Fatal Python error: init_")
+    if before_the_cli:
         assert phase.name == "starting", err[-600:]
     else:
+        assert "Traceback" not in err
         assert code == 128 + signum, err[-600:]
         assert err.strip().splitlines()[-1].startswith("dra-testbed: error: interrupted"), err[-600:]
     assert_nothing_left(state, ports)
