@@ -29,7 +29,7 @@ from testbed.workloads.steps import Arrive
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 SMOKE_KILLS = 12
-INTERVAL = (3.0, 6.0)
+INTERVAL = (1.0, 3.0)  # seconds between kills; each kill also waits until every unit serves again
 
 
 @pytest.fixture(scope="module")

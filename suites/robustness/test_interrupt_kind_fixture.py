@@ -1,10 +1,11 @@
-"""A signal during the kind suite's session fixture (suites/kind/conftest.py's kind_bed) leaves nothing: no node
-container, no process naming the run's state directory, no mount under it and no stale mount of ours, and no
-dockerd when the run started it. Here SIGTERM while kind's `docker run`s are still making the node containers,
-with a stand-in for kind (no Kubernetes in the containers)."""
+"""SIGINT, SIGTERM and SIGHUP during the kind suite's session fixture (suites/kind/conftest.py's kind_bed) leave
+nothing: no node container, no process naming the run's state directory, no mount under it and no stale mount
+of ours, and no dockerd when the run started it. On real kind at three phases, and with a stand-in for kind
+whose `docker run`s are still making the node containers when SIGTERM comes (no Kubernetes in them)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from interrupt_helpers import Phase, interrupt_at
+from interrupt_helpers import SIGNALS, Phase, interrupt_at
 from testbed import leftovers
 from testbed.clusters.kind.dockerd import engine_running
 
@@ -69,6 +70,18 @@ def _phases(name: str) -> list[Phase]:
     return [Phase("node-containers", _Containers(name)),
             Phase("deploying-driver", lambda state, err: "waiting for every node to be Ready" in err),
             Phase("test-body", lambda state, err: (state.parent / "session" / "in-test").exists())]
+
+
+PHASES = ("node-containers", "deploying-driver", "test-body")
+# each case brings real kind up: by default the one that left node containers (SIGTERM while kind makes them);
+# DRA_TESTBED_INTERRUPT_FULL=1 runs every signal at every phase (9 runs)
+CASES = ([(s, p) for s in SIGNALS for p in PHASES] if os.environ.get("DRA_TESTBED_INTERRUPT_FULL")
+         else [(signal.SIGTERM, "node-containers")])
+
+
+@pytest.mark.parametrize(("signum", "phase_name"), CASES, ids=lambda v: v if isinstance(v, str) else signal.Signals(v).name)
+def test_signal_during_the_kind_fixture_leaves_nothing(tmp_path: Path, signum: int, phase_name: str) -> None:
+    _interrupt_and_check(tmp_path, signum, phase_name)
 
 
 # kind, as far as the teardown is concerned: `create cluster` makes the node containers with `docker run`s, the
