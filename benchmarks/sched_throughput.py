@@ -114,14 +114,19 @@ class Throughput:
         while not self.stop.is_set():
             stream = watch.Watch()
             self.watching.set()
-            for event in stream.stream(self.core.list_namespaced_pod, self.namespace, resource_version=version, timeout_seconds=30,
-                                       _preload_content=False):
-                raw = event["raw_object"]  # undecoded: the watch must keep up with the scheduler
-                version = raw["metadata"]["resourceVersion"]
-                if raw["spec"].get("nodeName"):
-                    self.scheduled.add(raw["metadata"]["name"])
-                if self.stop.is_set():
-                    break
+            try:
+                for event in stream.stream(self.core.list_namespaced_pod, self.namespace, resource_version=version,
+                                           timeout_seconds=30, _preload_content=False):
+                    raw = event["raw_object"]  # undecoded: the watch must keep up with the scheduler
+                    version = raw["metadata"]["resourceVersion"]
+                    if raw["spec"].get("nodeName"):
+                        self.scheduled.add(raw["metadata"]["name"])
+                    if self.stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001 - a cut or expired watch (seen under load): list again, watch on
+                listing = json.loads(self.core.list_namespaced_pod(self.namespace, _preload_content=False).data)
+                self.scheduled.update(p["metadata"]["name"] for p in listing["items"] if p["spec"].get("nodeName"))
+                version = listing["metadata"]["resourceVersion"]
 
     def _sample(self) -> None:
         last, last_time, started, skipped = 0, time.monotonic(), False, 0
