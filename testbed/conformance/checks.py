@@ -137,7 +137,7 @@ CHECKS: tuple[Check, ...] = (
           "An init container and the main container using one claim both see exactly its device.",
           (E2E_DRA,), NODE_SIDE, ("gpu",), ("cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
     Check("node.force-delete-unprepare", MUST,
-          "A force-deleted pod's claim is unprepared: a pod given the whole GPU afterwards sees no MIG device left.",
+          "A force-deleted pod's claim is unprepared: a monitoring pod (MIG monitor capability) holding every GPU of the node afterwards sees no MIG device left.",
           (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("unprepare-leaks", *LIFECYCLE), ("workload-image",)),
     Check("node.prepare-retried", MUST,
           "A prepare that failed (the driver was off the node) is retried and the pod starts once the driver is back.",

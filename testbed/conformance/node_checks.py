@@ -2,13 +2,15 @@
 
 The devices a pod holds come from the API (its claims' allocations and the slices they name); what it
 sees comes from NVML inside its containers (workload_pods). A MIG instance left behind is found the
-same way: a pod given the whole GPU afterwards must see no MIG device on it.
+way a real node's monitoring pod finds it: privileged, with the MIG monitor capability (no_leftover_mig).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Callable
+
+from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.catalog import get_board
 from testbed.clusters.layout import NodeSpec
@@ -18,6 +20,7 @@ from testbed.conformance.subject import Subject
 
 LEFTOVER_TIMEOUT = 90.0  # the kubelet unprepares after the pod object is gone: allow it that long
 ADMIN_LABEL = "resource.kubernetes.io/admin-access"
+PRIVILEGED_NAMESPACE = {"pod-security.kubernetes.io/enforce": "privileged"}  # Pod Security admits the monitor pod
 
 
 def _node(subject: Subject, mode: str, min_gpus: int = 1) -> NodeSpec:
@@ -60,20 +63,38 @@ def _held(subject: Subject, namespace: str, pod: str, name: str = "gpu") -> list
 
 
 def no_leftover_mig(subject: Subject, node: NodeSpec, evidence: Evidence, after: str) -> None:
-    """A pod given the node's whole GPU must see no MIG device on it (within LEFTOVER_TIMEOUT)."""
-    namespace = subject.namespace()
-    pod = wp.run(subject, namespace, wp.PodPlan(node.name, {"gpu": wp.devices_spec(subject.gpu_class, _typed(subject, "gpu"))}))
+    """Once nothing else holds a GPU of the node, NVML must show no MIG device and no GPU instance on it
+    (within LEFTOVER_TIMEOUT).
+
+    The probe is what a real node's monitoring pod is: privileged, so it has the node's device nodes, the
+    MIG monitor capability (nvidia-cap2, /proc/driver/nvidia/capabilities/mig/monitor) among them, and
+    NVML shows it every MIG device and GPU instance of the GPUs it sees. A pod given only a GPU's device
+    node sees none of them (their GPU- and compute-instance caps nodes are not its), so a leaked instance
+    would be invisible to it. The probe holds every whole GPU of the node: the scheduler then agrees that
+    no claim has a partition there, and any instance NVML shows is one nobody holds."""
+    namespace = subject.namespace(PRIVILEGED_NAMESPACE)
+    every_gpu = wp.devices_spec(subject.gpu_class, _typed(subject, "gpu"), all_devices=True)
+    try:
+        pod = wp.run(subject, namespace, wp.PodPlan(node.name, {"gpu": every_gpu}, privileged=True))
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        raise NotRun(f"the cluster refuses a privileged pod on {node.name} ({exc.reason}); finding MIG instances "
+                     f"left behind takes the MIG monitor capability, which only a privileged pod has") from None
     deadline = time.monotonic() + LEFTOVER_TIMEOUT
     while True:
         report = wp.view_now(subject, namespace, pod)
         _, migs = wp.seen(report)
-        if not migs:
+        # a GPU instance without its compute instance is no MIG device, yet holds its slices
+        instances = sum(len(d.get("gpu_instances") or []) for d in report.get("devices") or [])
+        if not migs and not instances:
             break
         if time.monotonic() > deadline:
             evidence.write(f"leftover-{node.name}.json", report)
-            raise CheckFailed(f"{after}, a pod given the whole GPU of {node.name} still sees {sum(migs.values())} MIG device(s) "
-                              f"{LEFTOVER_TIMEOUT:.0f}s later: they were not unprepared")
+            raise CheckFailed(f"{after}, a monitoring pod holding every GPU of {node.name} still sees {sum(migs.values())} "
+                              f"MIG device(s) and {instances} GPU instance(s) {LEFTOVER_TIMEOUT:.0f}s later: they were not unprepared")
         time.sleep(2)
+    evidence.write(f"monitor-{node.name}.json", report)
     subject.drop_namespace(namespace)
 
 

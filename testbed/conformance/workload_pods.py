@@ -44,6 +44,8 @@ class PodPlan:
     templates: dict[str, dict] = field(default_factory=dict)  # name -> DeviceClaim spec (devices: ...)
     claims: dict[str, str] = field(default_factory=dict)  # name -> existing ResourceClaim
     containers: list[Container] = field(default_factory=lambda: [Container("main", ["gpu"])])
+    # every container privileged: all of the node's device nodes, the MIG monitor capability among them
+    privileged: bool = False
 
 
 def devices_spec(device_class: str, selector: str = "true", count: int | None = None, all_devices: bool = False,
@@ -79,8 +81,11 @@ def start(subject: Subject, namespace: str, plan: PodPlan) -> str:
     refs += [{"name": name, "resourceClaimName": claim} for name, claim in plan.claims.items()]
 
     def container(c: Container) -> dict:
-        return {"name": c.name, "image": subject.workload_image, "imagePullPolicy": "IfNotPresent",
+        body = {"name": c.name, "image": subject.workload_image, "imagePullPolicy": "IfNotPresent",
                 "args": [] if c.init else ["--sleep"], "resources": {"claims": [{"name": n} for n in c.claims]}}
+        if plan.privileged:
+            body["securityContext"] = {"privileged": True}
+        return body
 
     spec = {"nodeSelector": {"kubernetes.io/hostname": plan.node}, "terminationGracePeriodSeconds": 1, "resourceClaims": refs,
             "containers": [container(c) for c in plan.containers if not c.init]}
