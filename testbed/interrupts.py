@@ -9,7 +9,6 @@ noted and ignored, so a second Ctrl-C or a runner's repeated SIGTERM cannot cut 
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -42,7 +41,7 @@ def _handler(signum: int, frame) -> None:  # noqa: ARG001 - signal handler signa
 def install() -> bool:
     """Route SIGINT, SIGTERM and SIGHUP through the cleanup-friendly handler; False off the main thread
     (where Python allows no handlers) or when SIGHUP/SIGTERM are ignored on purpose (nohup)."""
-    if os.environ.get("XX_NOINSTALL") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         return False
     for signum in HANDLED:
         if signum != signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
