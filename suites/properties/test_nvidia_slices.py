@@ -29,7 +29,7 @@ pytestmark = pytest.mark.cluster
 
 FULL_ENV = "DRA_TESTBED_NVIDIA_PROPERTIES"
 FULL = os.environ.get(FULL_ENV) == "full"
-SMOKE = settings(max_examples=3, stateful_step_count=4)
+SMOKE = settings(max_examples=6, stateful_step_count=6)
 # Whole GPUs of two boards and partitionable GPUs of two: NVIDIA's plugin publishes every node.
 NVIDIA_LAYOUT = Layout((
     NodeSpec("nv-whole-h100", "h100-80gb", 2, Mode("whole")),
