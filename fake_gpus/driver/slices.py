@@ -102,9 +102,12 @@ def _attributes(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str
     return attributes
 
 
+WRONG_MEMORY_FACTOR = 2  # how many times its real memory a whole GPU publishes under the wrong-memory fault
+
+
 def whole_gpu_device(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> dict:
     """`gpu-<minor>` with its memory capacity."""
-    memory = gpu.memory_mib * (2 if "wrong-memory" in faults else 1)
+    memory = gpu.memory_mib * (WRONG_MEMORY_FACTOR if "wrong-memory" in faults else 1)
     return {
         "name": gpu_device_name(gpu.minor),
         "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}, **_attributes(gpu, inv, driver, faults)},
@@ -216,7 +219,7 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
     totals = counter_totals(gpu.profiles)
     full["capacity"] = {k: {"value": _quantity(k, v)} for k, v in totals.items()}
     if "wrong-memory" in faults:
-        full["capacity"]["memory"] = {"value": _quantity("memory", 2 * totals["memory"])}
+        full["capacity"]["memory"] = {"value": _quantity("memory", WRONG_MEMORY_FACTOR * totals["memory"])}
     if "counters-undeclared" not in faults:
         full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                      "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices))}]

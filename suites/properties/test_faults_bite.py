@@ -18,6 +18,7 @@ from hypothesis import Phase, given, seed, settings
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.faults import FAULTS_ENV, fault_env
 from fake_gpus.driver.identity import current_identity
+from fake_gpus.driver.slices import WRONG_MEMORY_FACTOR
 from suites.properties.conftest import FAULT_LAYOUT, bring_up
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.workloads.corpus import GIB, VRAM_CASES, churn_cases
@@ -104,8 +105,9 @@ THEME_LAYOUT = Layout((
 
 
 def _pushed_over(board_key: str, gib: int) -> bool:
-    """The board really is under `gib` GiB, and published at twice its memory (wrong-memory) it is not."""
-    return get_board(board_key).memory_mib < gib * GIB <= 2 * get_board(board_key).memory_mib
+    """The board really is under `gib` GiB, and published at the wrong-memory fault's multiple it is not."""
+    memory = get_board(board_key).memory_mib
+    return memory < gib * GIB <= WRONG_MEMORY_FACTOR * memory
 
 
 THEME_FAULTS = sorted({c.fault for c in VRAM_CASES} | {c.fault for c in churn_cases({NODE: BOARD})})
