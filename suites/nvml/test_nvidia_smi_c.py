@@ -112,6 +112,17 @@ def test_nvidia_smi_shows_what_nvml_shows(board, tmp_path, run_client, client_en
         want += [f"  MIG {name.split('MIG ', 1)[-1]:<11} Device {j:>2}: (UUID: {uuid})" for j, (name, uuid) in enumerate(g["migs"])]
     assert smi("-L").splitlines() == want
 
+    # the default table (no arguments): the title's versions, then two rows per GPU (index and name, bus id,
+    # MIG mode; memory usage), a subset of the real table's columns
+    table = smi().splitlines()
+    cuda = f"{view['cuda'] // 1000}.{view['cuda'] % 1000 // 10}"
+    assert any(re.fullmatch(rf"\| NVIDIA-SMI {re.escape(view['driver'])}\s+Driver Version: {re.escape(view['driver'])}"
+                            rf"\s+CUDA Version: {re.escape(cuda)}\s+\|", line) for line in table), table[:3]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table if line.startswith("| ") and line.count("|") == 4]
+    gpu_rows = [(first, bus, mig, second) for (first, bus, mig), (second, _, _) in zip(cells[2::2], cells[3::2])]  # after the 2 header rows
+    assert gpu_rows == [(f"{i:>3}  {g['name']}"[:39].strip(), g["bus"], "N/A" if g["mig"] is None else "Enabled" if g["mig"] else "Disabled",
+                         f"{g['used']}MiB / {g['total']}MiB") for i, g in enumerate(view["gpus"])], table
+
     fields = "index,name,uuid,serial,pci.bus_id,pci.device_id,memory.total,memory.used,compute_cap,mig.mode.current,driver_version"
     rows = [line.split(", ") for line in smi(f"--query-gpu={fields}", "--format=csv,noheader,nounits").splitlines()]
     assert rows == [[str(i), g["name"], g["uuid"], g["serial"], g["bus"], f"0x{g['pci']:08X}", str(g["total"]), str(g["used"]), g["cc"],
