@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+AFTER_STOP_READ = 5.0  # seconds run_group reads a stopped group's last output
+
 
 def alive(pid: int) -> bool:
-    """Whether a process of that pid exists (and is not a zombie of ours, which is reaped here)."""
+    """Whether a process of that pid runs: not gone, and not a zombie (ours are reaped here; another's may
+    wait for a parent that never collects it, and must not make a wait for its end last for ever)."""
     try:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child that exited: collect it
             return False
@@ -23,12 +26,20 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not _zombie(pid)
 
 
-def terminate(pid: int, grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds, a process that is still alive."""
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def terminate(pid: int, grace: float = 5.0, killed_wait: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds, a process that is still alive; then wait up to `killed_wait`
+    seconds for the kernel to finish it (one in uninterruptible sleep, on a hung mount, may take longer)."""
     if not alive(pid):
         return
     try:
@@ -44,7 +55,8 @@ def terminate(pid: int, grace: float = 5.0) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    while alive(pid):  # SIGKILL cannot be ignored; wait for the kernel to finish it
+    deadline = time.monotonic() + killed_wait
+    while alive(pid) and time.monotonic() < deadline:  # SIGKILL cannot be ignored; the kernel finishes it
         time.sleep(0.02)
 
 
@@ -152,6 +164,10 @@ def run_group(args: list[str], *, env: dict[str, str] | None = None, timeout: fl
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
         stop_group(proc.pid)
-        proc.communicate()
+        try:  # what the group wrote before it went
+            proc.communicate(timeout=AFTER_STOP_READ)
+        except subprocess.TimeoutExpired:  # a process that left the group holds the pipes, maybe for ever
+            for pipe in (proc.stdout, proc.stderr):
+                pipe.close()
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
