@@ -3,8 +3,9 @@
 kind makes its node containers with `docker run` children, four at a time. Killed mid-create (Ctrl-C,
 SIGTERM), kind goes at once but its children do not: each `docker run` whose request is under way still
 gets its container made, seconds later on a loaded machine, after the teardown has looked for node
-containers and found none of those. So kind runs in a process group of its own, and when it has to
-stop, its container-making children are let finish (then there is a container to remove) while the
+containers and found none of those. kind that fails on one node returns at once too, the other nodes'
+`docker run`s still under way. So kind runs in a process group of its own, and when it has stopped or
+ended, its container-making children are let finish (then there is a container to remove) while the
 rest of the group (`docker logs -f`, `docker exec`) is stopped at once.
 """
 
@@ -45,7 +46,7 @@ def settle_group(pgid: int, timeout: float = CREATING_WAIT) -> None:
         making = [pid for pid in members if makes_container(pid)]
         if making and not told:
             told = True
-            progress.note(f"kind stopped; letting its {len(making)} `docker run`(s) under way finish, so their containers get removed")
+            progress.note(f"kind ended with {len(making)} `docker run`(s) under way; letting them finish, so their containers get removed")
         for pid in set(members) - set(making):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -58,8 +59,8 @@ def settle_group(pgid: int, timeout: float = CREATING_WAIT) -> None:
 
 
 def run_kind(kind: Path, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """`kind ARGS` with its output captured; on any exception (an interruption, the timeout) kind is killed and
-    its group settled (settle_group) before the exception goes on."""
+    """`kind ARGS` with its output captured, its group settled (settle_group) once it has ended; on any exception
+    (an interruption, the timeout) kind is killed and its group settled before the exception goes on."""
     proc = subprocess.Popen([str(kind), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -70,4 +71,5 @@ def run_kind(kind: Path, args: list[str], env: dict[str, str], timeout: float) -
         settle_group(proc.pid)
         proc.communicate()  # the group is gone: nothing holds the pipes open any more
         raise
+    settle_group(proc.pid)  # kind's errors return on the first node that failed, with the others' `docker run`s under way
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
