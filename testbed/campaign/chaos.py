@@ -40,6 +40,7 @@ class Chaos:
     observe: Callable[[], None] | None = None
     kills: list[Kill] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    unrecovered: list[str] = field(default_factory=list)  # a unit that did not serve again (a finding): no further kills
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -62,6 +63,12 @@ class Chaos:
     def done(self) -> bool:
         return len(self.kills) >= self.limit
 
+    @property
+    def over(self) -> bool:
+        """No further kill will come: the limit is reached, or the chaos stopped early (said in `unrecovered`
+        or `errors`)."""
+        return self.done or (self._thread.ident is not None and not self._thread.is_alive())
+
     def by_kind(self) -> dict[str, int]:
         counts = Counter(k.kind for k in self.kills)
         return {kind: counts.get(kind, 0) for kind in self.kinds}
@@ -75,10 +82,16 @@ class Chaos:
         return True
 
     def _loop(self) -> None:
+        try:
+            self._kill_until_done()
+        except Exception as exc:  # noqa: BLE001 - said: a thread dying unheard reads as a run that had fewer kills
+            self.errors.append(f"the chaos stopped after {len(self.kills)} kills: {type(exc).__name__}: {exc}"[:300])
+
+    def _kill_until_done(self) -> None:
         while not self.done and not self._stop.wait(self._rng.uniform(*self.interval)):
             if not self._wait_back():
                 if not self._stop.is_set():
-                    self.errors.append(f"a unit did not serve again within {BACK_TIMEOUT:.0f} s; no further kills")
+                    self.unrecovered.append(f"a unit did not serve again within {BACK_TIMEOUT:.0f} s; no further kills")
                 return
             if self.observe is not None:
                 try:

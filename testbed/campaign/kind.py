@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,11 +75,13 @@ class KindUnit:
 
 
 class KindSupervision:
-    """The Supervisor interface over kubelets: kill by pid, and wait for the kubelet's restart."""
+    """The Supervisor interface over kubelets: kill by pid, and wait for the kubelet's restart. The chaos thread
+    and the campaign's thread both ask whether units run, and asking closes a kill's outage: one at a time."""
 
     def __init__(self, units: list[KindUnit], period: float = 1.0, outages: Outages | None = None) -> None:
         self.units = {u.name: u for u in units}
         self.period = period
+        self.lock = threading.Lock()
         self.outages = outages or Outages(cap=BACK_ON_TIMEOUT)
         for unit in units:
             unit.outages = self.outages
@@ -87,19 +90,21 @@ class KindSupervision:
         return [u for u in self.units.values() if u.kind == kind]
 
     def kill(self, name: str) -> KindUnit:
-        unit = self.units[name]
-        container = _running_container(unit.node, unit.container)
-        if container is None:
+        with self.lock:
+            unit = self.units[name]
+            container = _running_container(unit.node, unit.container)
+            if container is None:
+                return unit
+            pid = _exec(unit.node, "crictl", "inspect", "--output", "go-template", "--template", "{{.info.pid}}", container).strip()
+            if pid.isdigit():
+                _exec(unit.node, "kill", "-9", pid)
+                unit.killed, unit.killed_at, unit.kills = container, time.monotonic(), unit.kills + 1
+                self.outages.down(unit.name, unit.killed_at)
             return unit
-        pid = _exec(unit.node, "crictl", "inspect", "--output", "go-template", "--template", "{{.info.pid}}", container).strip()
-        if pid.isdigit():
-            _exec(unit.node, "kill", "-9", pid)
-            unit.killed, unit.killed_at, unit.kills = container, time.monotonic(), unit.kills + 1
-            self.outages.down(unit.name, unit.killed_at)
-        return unit
 
     def all_running(self) -> bool:
-        return all(u.is_running() for u in self.units.values())
+        with self.lock:
+            return all(u.is_running() for u in self.units.values())
 
     def wait_running(self, timeout: float = BACK_ON_TIMEOUT) -> bool:
         deadline = time.monotonic() + max(timeout, BACK_ON_TIMEOUT)

@@ -7,6 +7,7 @@ downtime of a kill runs until these say ok.
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.request
@@ -36,7 +37,7 @@ def http_ok(url: str) -> bool:
             if url.endswith("/health"):  # etcd answers 200 with {"health":"false"} while it has no leader
                 return json.loads(body or b"{}").get("health") == "true"
             return answer.status == 200
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):  # HTTPException: a restarting server's cut answer
         return False
 
 

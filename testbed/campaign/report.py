@@ -24,7 +24,7 @@ def table(runs: dict[str, CampaignResult]) -> str:
         for s in r.seeds:
             if s.verdict != "pass":
                 lines.append(f"  {label} seed {s.seed}: {s.verdict}: {(s.messages or [''])[0][:200]}")
-        for e in r.errors:
+        for e in r.unrecovered + r.errors:
             lines.append(f"  {label}: {e}")
         for unit, reasons in r.crash_reasons.items():
             lines.append(f"  {label}: {unit} exited {r.crashes.get(unit, 0)} times unasked; last errors: {' | '.join(reasons)[:300]}")
@@ -33,8 +33,17 @@ def table(runs: dict[str, CampaignResult]) -> str:
 
 def judge(runs: dict[str, CampaignResult]) -> list[str]:
     """What is wrong with a campaign's runs (empty: the campaign shows what it must). Runs are paired as
-    `<x>kills` and `<x>zero kills` on the same seeds."""
+    `<x>kills` and `<x>zero kills` on the same seeds. In any run, a unit or the cluster that did not come back
+    is a finding; a clean run with fewer kills than asked (the chaos stopped, the seeds ran out) proves less
+    than it says."""
     problems = []
+    for label, r in runs.items():
+        problems += [f"{label}: {line}" for line in r.unrecovered]
+        pair = label.replace("zero kills", "kills") if label.endswith("zero kills") else label.removesuffix("kills") + "zero kills"
+        if pair not in runs:  # judged only against its pair: alone it would pass whatever it found
+            problems.append(f"{label}: no run {pair!r} to compare it with")
+        if not r.faults and len(r.kills) < r.kills_asked:
+            problems.append(f"{label}: {len(r.kills)} of the {r.kills_asked} kills asked were done")
     for label, r in runs.items():
         if not label.endswith("zero kills"):
             continue

@@ -75,14 +75,16 @@ class CampaignResult:
     faults: list[str]
     seeds: list[SeedResult] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
+    kills_asked: int = 0
     kills_by_component: dict[str, int] = field(default_factory=dict)
     crashes: dict[str, int] = field(default_factory=dict)  # exits nobody asked for, per unit
     crash_reasons: dict[str, list[str]] = field(default_factory=dict)  # their distinct last log errors, per unit
-    downtime: dict[str, float] = field(default_factory=dict)  # mean seconds kill -> restarted, per component
+    downtime: dict[str, float] = field(default_factory=dict)  # mean seconds kill -> serving again, per component
     observed_double: list[str] = field(default_factory=list)  # found by the observations before kills
     final_leaks: dict[str, list[str]] = field(default_factory=dict)
     retries: int = 0  # API calls retried through restarts
     errors: list[str] = field(default_factory=list)
+    unrecovered: list[str] = field(default_factory=list)  # units or the cluster not back in time: findings, not notes
     wall: float = 0.0
 
     stats: dict[str, int] = field(default_factory=dict)
@@ -100,10 +102,11 @@ class CampaignResult:
 
     def as_dict(self) -> dict:
         return {"backend": self.backend, "faults": self.faults, "wall_s": round(self.wall, 1),
-                "kills": len(self.kills), "kills_by_component": self.kills_by_component, "crashes": self.crashes, "crash_reasons": self.crash_reasons,
+                "kills": len(self.kills), "kills_asked": self.kills_asked, "kills_by_component": self.kills_by_component, "crashes": self.crashes, "crash_reasons": self.crash_reasons,
                 "mean_downtime_s": self.downtime, "api_retries": self.retries, "stats": self.stats,
                 "leaks": self.leaks, "double_allocations": self.double_allocations,
                 "observed_double": self.observed_double[:20], "final_leaks": self.final_leaks, "errors": self.errors,
+                "unrecovered": self.unrecovered,
                 "seeds": [s.__dict__ for s in self.seeds], "kill_log": [k.__dict__ for k in self.kills]}
 
 
@@ -296,9 +299,10 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
                  kinds: tuple[str, ...] = COMPONENTS, retries: Callable[[], int] = lambda: 0,
                  progress: Callable[[str], None] = lambda line: None) -> CampaignResult:
     """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos."""
-    result = CampaignResult(backend, sorted(faults))
+    result = CampaignResult(backend, sorted(faults), kills_asked=kills)
     crashed = {u.name: u.crashes for u in campaign.supervisor.units.values()}
     reasons_before = {u.name: len(getattr(u, "exit_reasons", [])) for u in campaign.supervisor.units.values()}
+    downtimes_before = {u.name: len(u.downtimes) for u in campaign.supervisor.units.values()}  # a session runs several
     campaign.stats.clear()  # counts are per run
     campaign.observed_double.clear()
     start = time.monotonic()
@@ -311,27 +315,28 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
                     break
                 current = todo[n]
             else:
-                if (chaos.done and n > 0) or n >= max_seeds:
+                if (chaos.over and n > 0) or n >= max_seeds:
                     break
                 current = first_seed + n
             n += 1
             # never start a seed on a cluster still coming back (a kubelet's back-off can keep a static pod down
             # for minutes): on kind 46 seeds once failed at their first call, in no time, after 8 kills
             if not campaign.wait_ready():
-                result.errors.append(f"seed {current}: the cluster was not back (every unit running, API answering) "
-                                     f"within {campaign.ready_timeout:.0f}s; no further seeds")
+                result.unrecovered.append(f"seed {current}: the cluster was not back (every unit running, API answering) "
+                                          f"within {campaign.ready_timeout:.0f}s; no further seeds")
                 break
             outcome = campaign.run_seed(current)
             result.seeds.append(outcome)
             progress(f"seed {current}: {outcome.verdict} ({outcome.examples} examples, {outcome.wall:.0f}s, kills so far {len(chaos.kills)})")
     if not campaign.supervisor.wait_running(timeout=BACK_TIMEOUT):
-        result.errors.append(f"not every unit served again {BACK_TIMEOUT:.0f} s after the last kill")
+        result.unrecovered.append(f"not every unit served again {BACK_TIMEOUT:.0f} s after the last kill")
     try:
         campaign.observe()
     except Exception as exc:  # noqa: BLE001
         result.errors.append(f"final observation failed: {type(exc).__name__}: {exc}"[:300])
     result.final_leaks = {k: v for k, v in campaign.leftovers().as_dict().items() if v}
     result.kills, result.kills_by_component, result.errors = list(chaos.kills), chaos.by_kind(), result.errors + chaos.errors
+    result.unrecovered = chaos.unrecovered + result.unrecovered
     units = campaign.supervisor.units.values()
     result.crashes = {u.name: u.crashes - crashed.get(u.name, 0) for u in units if u.crashes - crashed.get(u.name, 0)}
     for u in units:
@@ -339,7 +344,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
         if new:
             result.crash_reasons[u.name] = new[:5]
     for kind in kinds:
-        times = [t for u in units if u.kind == kind for t in u.downtimes]
+        times = [t for u in units if u.kind == kind for t in u.downtimes[downtimes_before.get(u.name, 0):]]
         if times:
             result.downtime[kind] = round(sum(times) / len(times), 2)
     result.observed_double = list(campaign.observed_double)

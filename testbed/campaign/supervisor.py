@@ -182,7 +182,13 @@ class Supervisor:
         while not self._stop.wait(self.period):
             with self.lock:
                 for unit in self.units.values():
-                    self._tend(unit)
+                    try:
+                        self._tend(unit)
+                    except Exception as exc:  # noqa: BLE001 - one unit that cannot be restarted must not end every unit's supervision
+                        reason = f"restart failed: {type(exc).__name__}: {exc}"[:300]
+                        if unit.exit_reasons[-1:] != [reason]:
+                            unit.exit_reasons.append(reason)
+                        unit.down_since = time.monotonic()  # tried again `delay` seconds later
 
     def _back(self, unit: Unit) -> None:
         """A killed unit's new process runs: it is back once it serves (probed at most once a second)."""
