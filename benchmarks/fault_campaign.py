@@ -6,7 +6,8 @@ the campaign must catch (`unprepare-leaks`, `counters-undeclared`) with a few ki
 
 Prints kills per component, claims, leaks and double allocations per run, and whether the zero-kill run
 gave the same verdicts; writes campaign.json to --report. Exit 0 when the clean runs show zero leaks and
-zero double allocations with equal verdicts and every fault run shows more than zero; 1 otherwise.
+zero double allocations with equal verdicts after every kill asked, every fault run shows more than zero,
+and every killed unit served again; 1 otherwise (testbed.campaign.report.judge). Bad settings: one line, exit 2.
 """
 
 from __future__ import annotations
