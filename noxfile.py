@@ -32,7 +32,18 @@ def tests(session: nox.Session) -> None:
     _prepare(session)
     # the upstream DRA smoke (suites/upstream) needs e2e.test: built through the toolchain, cached per release
     session.run("dra-testbed", "upstream-e2e", "--build-only", "--k8s", K8S)
-    session.run("python", "-m", "pytest", "suites", "-q", "-ra", "--k8s", K8S, *session.posargs)
+    # the second minor's pool shape (a second cold toolchain) runs in `nox -s pool-shapes`; a -m in posargs wins
+    session.run("python", "-m", "pytest", "suites", "-q", "-ra", "--k8s", K8S, "-m", "not second_minor", "--durations=25",
+                "--junitxml", "reports/tests/junit.xml", *session.posargs)
+
+
+@nox.session(name="pool-shapes")
+def pool_shapes(session: nox.Session) -> None:
+    """The 1.35+ pool shape (counter sets in slices of their own): slice parity with NVIDIA's plugin and every
+    board x mode on a live 1.35 API server, the tests marked `second_minor` that `nox -s tests` leaves out."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/nvidia/test_slice_parity.py", "suites/driver/test_slice_shapes_live.py",
+                "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, env=_nvidia_plugin_env(session))
 
 
 @nox.session

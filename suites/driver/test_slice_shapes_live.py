@@ -25,7 +25,7 @@ def shape_nodes() -> list[str]:
     return nodes + ["d-h100-8=h100-80gb:8:dynamic-mig"]
 
 
-@pytest.fixture(scope="module", params=["1.34", "1.35"])
+@pytest.fixture(scope="module", params=["1.34", pytest.param("1.35", marks=pytest.mark.second_minor)])
 def shape_bed(request: pytest.FixtureRequest, bed) -> Iterator[TestBed]:
     # both minors on purpose: the slice shapes differ between the versions the API serves
     with driver_cluster(bed, f"shapes-{request.param}", shape_nodes(), minor=request.param) as testbed:

@@ -24,7 +24,7 @@ from testbed.nvidia import parity, plugin
 from suites.nvidia.conftest import node_factory
 
 pytestmark = pytest.mark.cluster
-MINORS = ("1.34", "1.35")  # the two pool shapes NVIDIA's driver publishes (1.36+ shares 1.35's)
+MINORS = ("1.34", pytest.param("1.35", marks=pytest.mark.second_minor))  # the two pool shapes NVIDIA's driver publishes (1.36+ shares 1.35's)
 
 
 @pytest.fixture(scope="module", params=MINORS)
