@@ -45,8 +45,13 @@ UP_PHASES = (
 
 
 def _ports(state: Path) -> tuple[int, ...]:
+    return _ports_in(_kwok(state) / "kwok.yaml")
+
+
+def _ports_in(config: Path) -> tuple[int, ...]:
+    """The ports a kwokctl cluster's configuration (its kwok.yaml) gives its components."""
     try:
-        for doc in yaml.safe_load_all((_kwok(state) / "kwok.yaml").read_text()):
+        for doc in yaml.safe_load_all(config.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration":
                 return tuple(v for k, v in (doc.get("options") or {}).items() if k.endswith("Port") and type(v) is int and v > 0)
     except (OSError, yaml.YAMLError):
@@ -119,3 +124,39 @@ def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, state
     code, err, ports = interrupt_at(args, state, phase, signum, ports_of=_ports)
     assert code != 0
     assert_nothing_left(state, ports)
+
+
+PORTS_TEST = "suites/robustness/test_kwok_ports.py::test_a_killed_scheduler_restarts_though_a_plain_kwokctl_cluster_was_made_meanwhile"
+
+
+class _PlainClusterStarting:
+    """The ports test's own kwokctl cluster has started a component; its ports and the bed's, noted then
+    (both clusters' files are gone after the teardown)."""
+
+    def __init__(self, basetemp: Path) -> None:
+        self.basetemp, self.ports = basetemp, ()
+
+    def __call__(self, state: Path, err: str) -> bool:
+        if not any(self.basetemp.glob("*/kwok/clusters/ports-other/pids/*.pid")):
+            return False
+        configs = [*self.basetemp.glob("*/kwok/clusters/*/kwok.yaml"), *state.glob("kwok/clusters/*/kwok.yaml")]
+        self.ports = tuple(port for config in configs for port in _ports_in(config))
+        return True
+
+
+def test_sigint_while_the_ports_test_makes_its_own_kwokctl_cluster_leaves_nothing(tmp_path: Path, state: Path) -> None:
+    """That cluster is no test bed (its components run in sessions of their own, which a Ctrl-C never reaches):
+    a SIGINT while kwokctl makes it once left all five running."""
+    basetemp = tmp_path / "basetemp"
+    starting = _PlainClusterStarting(basetemp)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(basetemp), PORTS_TEST]
+    try:
+        code, err, _ = interrupt_at(args, state, Phase("plain-cluster-starting", starting), signal.SIGINT)
+        assert code == pytest.ExitCode.INTERRUPTED, err[-600:]
+        deadline = time.monotonic() + 5  # a component killed just now may take a moment to release its port
+        while ((found := leftovers.scan(tmp_path, starting.ports)).processes or found.ports) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not (found.processes or found.ports), f"left behind: {found.summary()}"
+    finally:
+        for pid in leftovers.scan(tmp_path).processes:  # the state fixture looks in the bed's state only
+            processes.terminate(pid)

@@ -8,13 +8,16 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
 
-from hostenv.processes import alive
+from hostenv.processes import alive, run_group, terminate
 from hostenv.versions import DEFAULT_MINOR
+from testbed import leftovers
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.cluster import BINARIES
 from testbed.clusters.kwok.ports import COMPONENT_PORTS, component_ports
@@ -57,18 +60,8 @@ def test_a_killed_scheduler_restarts_though_a_plain_kwokctl_cluster_was_made_mea
         while alive(pid):
             time.sleep(0.1)
         # meanwhile someone makes a plain kwokctl cluster (its own port choice) on the machine
-        tc = ensure(DEFAULT_MINOR, BINARIES)
-        env = dict(os.environ, KWOK_WORKDIR=str(tmp_path / "kwok"))
-        other = ["--name", "ports-other", "--kubeconfig", str(tmp_path / "other.kubeconfig")]
-        subprocess.run([str(tc.path("kwokctl")), "create", "cluster", *other, "--runtime", "binary",
-                        "--kube-apiserver-binary", str(tc.path("kube-apiserver")),
-                        "--kube-controller-manager-binary", str(tc.path("kube-controller-manager")),
-                        "--kube-scheduler-binary", str(tc.path("kube-scheduler")), "--etcd-binary", str(tc.path("etcd")),
-                        "--kwok-controller-binary", str(tc.path("kwok")), "--kube-feature-gates", as_flag(feature_gates(DEFAULT_MINOR)),
-                        "--kube-runtime-config", as_flag(runtime_config(DEFAULT_MINOR)), "--wait", "120s"],
-                       env=env, check=True, capture_output=True, timeout=300)
-        log = tmp_path / "scheduler.log"
-        try:
+        with plain_kwokctl_cluster(tmp_path / "kwok", "ports-other"):
+            log = tmp_path / "scheduler.log"
             with log.open("w") as sink:
                 restarted = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
             try:
@@ -76,6 +69,28 @@ def test_a_killed_scheduler_restarts_though_a_plain_kwokctl_cluster_was_made_mea
                 assert restarted.poll() is None, f"the restarted scheduler exited: {log.read_text()[-400:]}"
             finally:
                 (cluster.kwok_dir / "pids" / "kube-scheduler.pid").write_text(f"{restarted.pid}\n")  # the teardown stops it
-        finally:
-            subprocess.run([str(tc.path("kwokctl")), "delete", "cluster", *other], env=env, capture_output=True, timeout=120)
         assert port not in KWOKCTL_COUNTDOWN
+
+
+@contextmanager
+def plain_kwokctl_cluster(workdir: Path, name: str) -> Iterator[None]:
+    """A kwokctl cluster made as anyone would (kwokctl's own ports), in KWOK_WORKDIR `workdir`; removed whatever
+    ends the test, Ctrl-C and SIGTERM too: its components run in sessions of their own, so nothing else stops them."""
+    tc = ensure(DEFAULT_MINOR, BINARIES)
+    kwokctl = str(tc.path("kwokctl"))
+    env = dict(os.environ, KWOK_WORKDIR=str(workdir))
+    kubeconfig = ["--kubeconfig", str(workdir / f"{name}.kubeconfig")]
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        out = run_group([kwokctl, "create", "cluster", "--name", name, *kubeconfig, "--runtime", "binary",
+                         "--kube-apiserver-binary", str(tc.path("kube-apiserver")),
+                         "--kube-controller-manager-binary", str(tc.path("kube-controller-manager")),
+                         "--kube-scheduler-binary", str(tc.path("kube-scheduler")), "--etcd-binary", str(tc.path("etcd")),
+                         "--kwok-controller-binary", str(tc.path("kwok")), "--kube-feature-gates", as_flag(feature_gates(DEFAULT_MINOR)),
+                         "--kube-runtime-config", as_flag(runtime_config(DEFAULT_MINOR)), "--wait", "120s"], env=env, timeout=300)
+        assert out.returncode == 0, f"kwokctl create cluster {name} failed: {(out.stderr or out.stdout)[-600:]}"
+        yield
+    finally:
+        run_group([kwokctl, "delete", "cluster", "--name", name, *kubeconfig], env=env, timeout=120)
+        for pid in leftovers.scan(workdir).processes:  # what a kwokctl stopped half-way started and never recorded
+            terminate(pid)
