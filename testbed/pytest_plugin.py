@@ -116,7 +116,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--reuse-cluster", action="store_true", help="use a running cluster of that name if there is one")
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's own sys.unraisablehook, which install() must wrap
 def pytest_configure(config: pytest.Config) -> None:
     from testbed import interrupts
 
