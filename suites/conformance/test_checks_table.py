@@ -48,3 +48,18 @@ def test_profiles_select_subsets() -> None:
     assert everything == {c.id for c in CHECKS}
     assert {c.id for p in PROFILES for c in select(p)} == everything
     assert "partitions.full-device-consumes-all" not in {c.id for c in select("gpu")}
+
+
+def test_every_underdeclared_switch_has_its_board_partitionable_in_the_kwok_fleet() -> None:
+    """A switch whose profile no dynamic-MIG GPU of the default KWOK fleet offers fails no check there."""
+    from fake_gpus.catalog import get_board
+    from fake_gpus.driver.faults import UNDERDECLARED
+    from testbed.clusters.layout import load_layout
+    from testbed.conformance.command import DEFAULT_LAYOUT
+
+    offered = {p.name for n in load_layout(DEFAULT_LAYOUT).nodes if n.mode.kind == "dynamic-mig"
+               for p in get_board(n.board).gpu_instance_profiles}
+    missing = {name: profile for name, (profile, _) in UNDERDECLARED.items() if profile not in offered}
+    assert not missing, f"no partitionable GPU of {DEFAULT_LAYOUT.name} offers {missing}"
+    for name in UNDERDECLARED:
+        assert expected_failures(name) == {"partitions.within-counter-set", "sched.generated"}, name

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from fake_gpus.driver.faults import UNDERDECLARED as _UNDERDECLARED_SWITCHES
+
 MUST, SHOULD = "MUST", "SHOULD"
 PROFILES = ("gpu", "mig", "dynamic-mig")
 KWOK, KIND, EXISTING = "kwok", "kind", "existing"
@@ -28,10 +30,10 @@ NVIDIA_NAMES = "NVIDIA dra-driver-nvidia-gpu published names (DeviceClasses, att
 NVIDIA_MIG = "NVIDIA MIG user guide: supported MIG profiles"
 CNCF = "CNCF AI conformance: accelerators/dra_support"
 LIFECYCLE = ("prepare-fails", "prepare-hangs")  # a driver that never prepares: every pod-starting check fails
-# One H100 MIG profile under-declaring its memory slices (fake_gpus/driver/faults.py UNDERDECLARED). The default
-# KWOK fleet's partitionable GPU is an H100, so only the H100 switches are tied; the H200 ones leave every check
-# of that fleet passing (their KWOK rows: nothing failed) and are proven by benchmarks/overlap_power.py instead.
-UNDERDECLARED_H100 = ("underdeclared-1g20gb-last", "underdeclared-3g40gb-first", "underdeclared-1g10gbme-all")
+# One MIG profile under-declaring its memory slices (fake_gpus/driver/faults.py UNDERDECLARED): every such switch
+# is tied, so the default KWOK fleet (clusters/conformance/kwok-gpu-fleet.yaml) has a partitionable GPU of each
+# switch's board (an H100 and an H200); a switch of a board it lacks would fail nothing and break the matrix.
+UNDERDECLARED = tuple(sorted(_UNDERDECLARED_SWITCHES))
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ CHECKS: tuple[Check, ...] = (
           (KEP_4381, E2E_DRA), (KWOK, KIND), PROFILES, ("restart-churn", "oversized-attribute", "wrong-node"), ("restart-driver",)),
     Check("partitions.within-counter-set", MUST,
           "Every device consumes only counters of a counter set in its pool, within its values, and a MIG device exactly its profile's memory slices.",
-          (KEP_4815, NVIDIA_MIG), API_SIDE, ("dynamic-mig",), ("short-placement", *UNDERDECLARED_H100)),
+          (KEP_4815, NVIDIA_MIG), API_SIDE, ("dynamic-mig",), ("short-placement", *UNDERDECLARED)),
     Check("partitions.full-device-consumes-all", MUST,
           "The full-GPU device of each counter set consumes every counter of that set, all of it.",
           (KEP_4815,), API_SIDE, ("dynamic-mig",), ("oversized-counters",)),
@@ -112,7 +114,7 @@ CHECKS: tuple[Check, ...] = (
     Check("sched.generated", MUST,
           "Generated workloads on the driver's slices allocate as the reference model says: sound, complete, fallback in order, freed on departure.",
           (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
-          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute", *UNDERDECLARED_H100)),
+          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute", *UNDERDECLARED)),
     # --------------------------------------------------------------------- node side (kubelet plugin)
     # Every node-side check starts pods: a driver that never prepares (prepare-fails, prepare-hangs) fails
     # them all, so those two faults are tied to each (LIFECYCLE).
