@@ -66,20 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"--faults: {unknown[0]!r} is not a fault this campaign is shown to catch; valid: {', '.join(FAULTS)}, or none")
     interrupts.install()  # SIGTERM and SIGHUP remove the clusters as Ctrl-C does; a second signal waits for that
-    runs = {}
+    runs: dict = {}
+    args.report.mkdir(parents=True, exist_ok=True)
+
+    def save(label: str, result):  # after each run: an exception or Ctrl-C later keeps what was done
+        runs[label] = result
+        (args.report / "campaign.json").write_text(json.dumps({k: r.as_dict() for k, r in runs.items()}, indent=1, default=str))
+        return result
+
     started = time.monotonic()
     settings = dict(examples=args.examples, steps=args.steps)
     with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [], f"{args.label}-{os.getpid()}", args.k8s, **settings) as session:
-        runs["kills"] = session.run(args.kills, first_seed=args.seed, interval=(lo, hi), max_seeds=CLEAN_MAX_SEEDS)
-        runs["zero kills"] = session.run(0, seeds=[s.seed for s in runs["kills"].seeds])
+        save("kills", session.run(args.kills, first_seed=args.seed, interval=(lo, hi), max_seeds=CLEAN_MAX_SEEDS))
+        save("zero kills", session.run(0, seeds=[s.seed for s in runs["kills"].seeds]))
     for fault in faults:
         # a leak is what is still there 30 s after the claims are gone (the clean runs allow 60 s)
         with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [fault], f"{args.label}-{fault}-{os.getpid()}", args.k8s, **settings,
                               quiet_timeout=30.0) as session:
-            runs[f"{fault}, kills"] = session.run(args.fault_kills, first_seed=args.seed, interval=(lo, hi), max_seeds=6)
-            runs[f"{fault}, zero kills"] = session.run(0, seeds=[s.seed for s in runs[f"{fault}, kills"].seeds])
-    args.report.mkdir(parents=True, exist_ok=True)
-    (args.report / "campaign.json").write_text(json.dumps({k: r.as_dict() for k, r in runs.items()}, indent=1, default=str))
+            save(f"{fault}, kills", session.run(args.fault_kills, first_seed=args.seed, interval=(lo, hi), max_seeds=6))
+            save(f"{fault}, zero kills", session.run(0, seeds=[s.seed for s in runs[f"{fault}, kills"].seeds]))
     print(table(runs))
     chaos, calm = runs["kills"], runs["zero kills"]
     print(f"wall with {len(chaos.kills)} kills / zero kills on the same seeds: {chaos.wall:.0f}s / {calm.wall:.0f}s = "

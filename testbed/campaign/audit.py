@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fake_gpus.driver.kubeletplugin.checkpoint import PREPARING, Checkpoint, CheckpointError, ClaimRecord
+from fake_gpus.driver.kubeletplugin.checkpoint import PREPARING, Checkpoint, ClaimRecord
 from fake_gpus.nvml.state import StateError, validate_state_dir
 
 CDI_MARK = "-claim_"
@@ -60,11 +60,9 @@ def read_instances(state_dir: Path) -> list[tuple[str, int, int]]:
 
 
 def read_checkpoint(path: Path) -> dict[str, ClaimRecord]:
-    """Claim records of a plugin checkpoint file (empty when there is none yet)."""
-    try:
-        return Checkpoint(path).load().claims
-    except CheckpointError:
-        return {}  # replaced by rename, so unreadable only when foreign: nothing to judge
+    """Claim records of a plugin checkpoint file (empty when there is none yet). Raises CheckpointError when it
+    cannot be read: never read as empty, that would hide every prepared leak and double prepare."""
+    return Checkpoint(path).load().claims
 
 
 def cdi_uids(names: list[str]) -> list[str]:

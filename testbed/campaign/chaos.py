@@ -37,9 +37,10 @@ class Chaos:
     limit: int
     interval: tuple[float, float] = (4.0, 10.0)
     kinds: Sequence[str] = COMPONENTS
-    observe: Callable[[], None] | None = None
+    observe: Callable[[], list[str]] | None = None  # what it found double: kept here, per run
     kills: list[Kill] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    observed: list[str] = field(default_factory=list)  # double allocations the observations before kills found
     unrecovered: list[str] = field(default_factory=list)  # a unit that did not serve again (a finding): no further kills
 
     def __post_init__(self) -> None:
@@ -95,7 +96,7 @@ class Chaos:
                 return
             if self.observe is not None:
                 try:
-                    self.observe()
+                    self.observed += self.observe()
                 except Exception as exc:  # noqa: BLE001 - an observation that cannot be made is noted, not fatal
                     self.errors.append(f"observation failed: {type(exc).__name__}: {exc}"[:300])
             if not self._deck:  # every component once per round of len(kinds) kills, in a random order

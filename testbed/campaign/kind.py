@@ -36,13 +36,27 @@ DRIVER_CONTAINERS = {"plugin": "kubelet-plugin", "publisher": "slice-publisher"}
 BACK_ON_TIMEOUT = 400.0  # the kubelet's crash-loop back-off grows to 5 min
 
 
+class ExecError(RuntimeError):
+    """A `docker exec` on a node failed: what it would have read is unknown, not empty."""
+
+
 def _exec(node: str, *args: str, timeout: float = 60) -> str:
     out = subprocess.run(["docker", "exec", node, *args], capture_output=True, text=True, timeout=timeout)
-    return out.stdout if out.returncode == 0 else ""
+    if out.returncode != 0:
+        raise ExecError(f"docker exec {node} {' '.join(args)}: exit {out.returncode}: {out.stderr.strip()[:200]}")
+    return out.stdout
+
+
+def _read_if_present(node: str, path: str) -> str:
+    """The file's text, "" only when it does not exist (a failed read raises ExecError)."""
+    return _exec(node, "sh", "-c", 'test ! -e "$1" || cat "$1"', "sh", path)
 
 
 def _running_container(node: str, name: str) -> str | None:
-    ids = _exec(node, "crictl", "ps", "--name", f"^{name}$", "--state", "running", "-q").split()
+    try:
+        ids = _exec(node, "crictl", "ps", "--name", f"^{name}$", "--state", "running", "-q").split()
+    except ExecError:
+        return None  # not known to run: a kill finds nothing, a killed unit is not back yet (both safe)
     return ids[0] if ids else None
 
 
@@ -95,9 +109,13 @@ class KindSupervision:
             container = _running_container(unit.node, unit.container)
             if container is None:
                 return unit
-            pid = _exec(unit.node, "crictl", "inspect", "--output", "go-template", "--template", "{{.info.pid}}", container).strip()
+            try:
+                pid = _exec(unit.node, "crictl", "inspect", "--output", "go-template", "--template", "{{.info.pid}}", container).strip()
+                if pid.isdigit():
+                    _exec(unit.node, "kill", "-9", pid)
+            except ExecError:
+                return unit  # no kill happened: not counted (the chaos tries another time)
             if pid.isdigit():
-                _exec(unit.node, "kill", "-9", pid)
                 unit.killed, unit.killed_at, unit.kills = container, time.monotonic(), unit.kills + 1
                 self.outages.down(unit.name, unit.killed_at)
             return unit
@@ -142,11 +160,13 @@ class KindTarget:
             worker = self.workers[node.name]
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / CHECKPOINT
-                path.write_text(_exec(worker, "cat", f"/var/lib/kubelet/plugins/{self.driver}/{CHECKPOINT}"))
-                checkpoint = read_checkpoint(path) if path.read_text().strip() else {}
+                text = _read_if_present(worker, f"/var/lib/kubelet/plugins/{self.driver}/{CHECKPOINT}")
+                path.write_text(text)
+                checkpoint = read_checkpoint(path) if text else {}  # an empty file is corrupt: read_checkpoint raises
+            cdi = _exec(worker, "sh", "-c", 'test ! -d /var/run/cdi || ls /var/run/cdi')
             states.append(NodeState(node.name, node.mode.kind == "dynamic-mig",
                                     read_instances(self.cluster.home / "nodes" / node.name / "nvml"), checkpoint,
-                                    cdi_uids(_exec(worker, "ls", "/var/run/cdi").split())))
+                                    cdi_uids(cdi.split())))
         return states
 
     def prepared(self, pod) -> bool:

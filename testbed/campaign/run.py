@@ -165,18 +165,18 @@ class Campaign:
     def __post_init__(self) -> None:
         self.resource = client.ResourceV1Api(self.api)
         self.core = client.CoreV1Api(self.api)
-        self.observed_double: list[str] = []
 
     # --- observations ---
 
-    def observe(self) -> None:
-        """The whole cluster now: no device, counter or placement allocated or prepared twice."""
+    def observe(self) -> list[str]:
+        """The whole cluster now: what is allocated or prepared twice (each caller keeps its own findings, so a
+        chaos thread that outlives its run cannot put them into the next run's)."""
         snap = Snapshot(Inventory.from_api(self.resource), observe_claims(self.resource))
         problems = [v.message for v in check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
                     if any(m in v.message for m in DOUBLE_MARKS)]
         problems += double_prepared(self.target.node_states())
-        self.observed_double += problems
         self._count("observations")
+        return problems
 
     def wait_ready(self) -> bool:
         """Every supervised unit runs again and the API answers (within `ready_timeout`)."""
@@ -304,7 +304,6 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
     reasons_before = {u.name: len(getattr(u, "exit_reasons", [])) for u in campaign.supervisor.units.values()}
     downtimes_before = {u.name: len(u.downtimes) for u in campaign.supervisor.units.values()}  # a session runs several
     campaign.stats.clear()  # counts are per run
-    campaign.observed_double.clear()
     start = time.monotonic()
     with Chaos(campaign.supervisor, first_seed + 7919, kills, interval, kinds, observe=campaign.observe) as chaos:
         todo = list(seeds) if seeds is not None else None
@@ -330,11 +329,15 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
             progress(f"seed {current}: {outcome.verdict} ({outcome.examples} examples, {outcome.wall:.0f}s, kills so far {len(chaos.kills)})")
     if not campaign.supervisor.wait_running(timeout=BACK_TIMEOUT):
         result.unrecovered.append(f"not every unit served again {BACK_TIMEOUT:.0f} s after the last kill")
+    final: list[str] = []
     try:
-        campaign.observe()
+        final = campaign.observe()
     except Exception as exc:  # noqa: BLE001
         result.errors.append(f"final observation failed: {type(exc).__name__}: {exc}"[:300])
-    result.final_leaks = {k: v for k, v in campaign.leftovers().as_dict().items() if v}
+    try:
+        result.final_leaks = {k: v for k, v in campaign.leftovers().as_dict().items() if v}
+    except Exception as exc:  # noqa: BLE001 - the run's results stand; what could not be checked is a finding
+        result.unrecovered.append(f"the final leak check failed: {type(exc).__name__}: {exc}"[:300])
     result.kills, result.kills_by_component, result.errors = list(chaos.kills), chaos.by_kind(), result.errors + chaos.errors
     result.unrecovered = chaos.unrecovered + result.unrecovered
     units = campaign.supervisor.units.values()
@@ -347,7 +350,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
         times = [t for u in units if u.kind == kind for t in u.downtimes[downtimes_before.get(u.name, 0):]]
         if times:
             result.downtime[kind] = round(sum(times) / len(times), 2)
-    result.observed_double = list(campaign.observed_double)
+    result.observed_double = chaos.observed + final
     result.stats = dict(campaign.stats)
     result.retries = retries()
     result.wall = time.monotonic() - start

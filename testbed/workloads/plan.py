@@ -15,7 +15,7 @@ from typing import Callable
 
 from hypothesis import HealthCheck, Phase, seed as with_seed, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import get_state_machine_test
+from hypothesis.stateful import run_state_machine_as_test
 
 from testbed.workloads.machine import workload_machine
 from testbed.workloads.model import PodSpec, SharedClaim
@@ -62,8 +62,8 @@ def plan_examples(seed: int, examples: int, steps: int, boards: tuple[str, ...] 
         return runner
 
     machine = workload_machine(recorder, boards, mig_percent, pod_strategy=pod_strategy, claim_strategy=claim_strategy)
-    test = get_state_machine_test(machine, settings=settings(
+    # the public entry (get_state_machine_test is Hypothesis' internal helper); @seed on the machine is honoured
+    run_state_machine_as_test(with_seed(seed)(machine), settings=settings(
         max_examples=examples, stateful_step_count=steps, phases=(Phase.generate,), database=None, deadline=None,
         suppress_health_check=list(HealthCheck), print_blob=False))
-    with_seed(seed)(test)()
     return [example for example in recorded if example]
