@@ -655,3 +655,15 @@ def test_the_benchmark_writes_each_run_as_it_ends(tmp_path: Path, monkeypatch) -
     with pytest.raises(KeyboardInterrupt):
         bench.main(["--kills", "3", "--report", str(tmp_path / "r")])
     assert list(json.loads((tmp_path / "r" / "campaign.json").read_text())) == ["kills"]
+
+
+def test_a_double_allocation_is_known_by_its_kind_not_its_wording() -> None:
+    # classify() matched substrings of the messages (DOUBLE_MARKS): a reworded message turned a double allocation
+    # into another category, in a fault run a false "went unnoticed"
+    from testbed.campaign.run import classify
+    from testbed.workloads.oracle import Violation
+    from testbed.workloads.runner import PropertyFailure
+
+    failure = PropertyFailure([Violation("soundness", "gpu-0 has two owners", double=True), Violation("soundness", "device gpu-1 is allocated to 2 claims")], None)
+    categories, _, _, double = classify(failure)
+    assert categories == ["double-allocation", "soundness"] and double == 1

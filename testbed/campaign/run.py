@@ -33,10 +33,6 @@ from testbed.workloads.runner import PropertyFailure, Runner
 from testbed.workloads.steps import Arrive, Step
 from testbed.workloads.truth import physical_violations
 
-# what the runner's and truth's messages say when one device, counter or placement is held twice
-DOUBLE_MARKS = ("is allocated to", "over-committed", "allocated together", "held by two partitions", "compute slices of",
-                "prepared for claims")
-
 
 class Target(Protocol):
     """A backend's side of the campaign: the nodes' driver state, and whether a pod's claims are prepared."""
@@ -124,7 +120,7 @@ def classify(exc: BaseException) -> tuple[list[str], list[str], int, int]:
     for e in _flatten(exc):
         if isinstance(e, PropertyFailure):
             for v in e.violations:
-                kind = "double-allocation" if any(m in v.message for m in DOUBLE_MARKS) else v.property
+                kind = "double-allocation" if v.double else v.property
                 double += kind == "double-allocation"
                 categories.add(kind)
                 messages.append(f"[{kind}] {v.message}")
@@ -173,7 +169,7 @@ class Campaign:
         chaos thread that outlives its run cannot put them into the next run's)."""
         snap = Snapshot(Inventory.from_api(self.resource), observe_claims(self.resource))
         problems = [v.message for v in check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
-                    if any(m in v.message for m in DOUBLE_MARKS)]
+                    if v.double]
         problems += double_prepared(self.target.node_states())
         self._count("observations")
         return problems

@@ -299,6 +299,7 @@ class Violation:
     message: str
     expected: object = None
     observed: object = None
+    double: bool = False  # one device, counter or placement held twice: said where it is found, not read from the message
 
     def as_dict(self) -> dict:
         return {"property": self.property, "message": self.message, "expected": _jsonable(self.expected),
@@ -402,13 +403,13 @@ def check_usage(inventory: Inventory, allocations: Sequence[tuple[str, Sequence[
                 holders[result.device].append(owner)
     for device, owners in holders.items():
         if len(owners) > 1:
-            problems.append(Violation("soundness", f"device {device} is allocated to {len(owners)} claims", 1, owners))
+            problems.append(Violation("soundness", f"device {device} is allocated to {len(owners)} claims", 1, owners, double=True))
     usage = Usage.of(inventory, allocations)
     for counter_set, consumed in usage.consumed.items():
         capacity = inventory.counters.get(counter_set, {})
         for name, amount in consumed.items():
             if name in capacity and amount > capacity[name]:
-                problems.append(Violation("soundness", f"counter {counter_set}/{name} over-committed", str(capacity[name]), str(amount)))
+                problems.append(Violation("soundness", f"counter {counter_set}/{name} over-committed", str(capacity[name]), str(amount), double=True))
     return problems
 
 

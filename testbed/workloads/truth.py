@@ -87,7 +87,7 @@ def physical_violations(inventory: Inventory, allocations: Sequence[tuple[str, S
         parts = [(o, d) for o, d in held if parse_device_name(d.id.device).is_mig]
         if whole and parts:
             problems.append(Violation("soundness", f"{where}: the full GPU and MIG partitions are allocated together",
-                                      "full GPU alone", sorted(str(d.id) for _, d in held)))
+                                      "full GPU alone", sorted(str(d.id) for _, d in held), double=True))
         used: dict[int, str] = {}
         compute = 0
         for owner, device in parts:
@@ -98,12 +98,12 @@ def physical_violations(inventory: Inventory, allocations: Sequence[tuple[str, S
             for memory_slice in range(ref.start, ref.start + size):
                 if memory_slice in used:
                     problems.append(Violation("soundness", f"{where}: memory slice {memory_slice} held by two partitions",
-                                              "disjoint placements", [used[memory_slice], str(device.id)]))
+                                              "disjoint placements", [used[memory_slice], str(device.id)], double=True))
                 used[memory_slice] = str(device.id)
             compute += profile.slice_count if profile else 0
         if compute > CATALOG_COMPUTE_SLICES:
             problems.append(Violation("soundness", f"{where}: partitions use {compute} compute slices of {CATALOG_COMPUTE_SLICES}",
-                                      CATALOG_COMPUTE_SLICES, compute))
+                                      CATALOG_COMPUTE_SLICES, compute, double=True))
     return problems
 
 
