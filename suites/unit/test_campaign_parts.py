@@ -202,7 +202,7 @@ def test_the_supervisor_restarts_a_killed_unit_with_its_command_line_and_counts_
 
 def _record(device: str, mig: tuple[str, int, int] | None = None) -> ClaimRecord:
     m = MigRecord(mig[0], 9, mig[1], mig[2]) if mig else None
-    return ClaimRecord("ns", f"c-{device}", PREPARED, [PreparedDevice(["r0"], "n", device, [], "uuid", m, created=m is not None)])
+    return ClaimRecord("ns", f"c-{device}", PREPARED, [PreparedDevice(["r0"], "n", device, [], f"uuid-{device}", m, created=m is not None)])
 
 
 def test_leaks_are_what_nodes_hold_for_claims_that_are_gone() -> None:
@@ -667,3 +667,23 @@ def test_a_double_allocation_is_known_by_its_kind_not_its_wording() -> None:
     failure = PropertyFailure([Violation("soundness", "gpu-0 has two owners", double=True), Violation("soundness", "device gpu-1 is allocated to 2 claims")], None)
     categories, _, _, double = classify(failure)
     assert categories == ["double-allocation", "soundness"] and double == 1
+
+
+def _prepared(name: str, device: str, visible: str, mig: tuple[str, int, int] | None = None) -> ClaimRecord:
+    m = MigRecord(mig[0], 9, mig[1], mig[2]) if mig else None
+    return ClaimRecord("ns", name, PREPARED, [PreparedDevice(["r0"], "n", device, [], visible, m, created=m is not None)])
+
+
+def test_overlapping_parts_of_one_gpu_are_a_double_prepare_and_a_hand_over_is_not() -> None:
+    # keyed on device name and (gpu, start) only, a whole GPU prepared beside its MIG device, and placements
+    # overlapping from different starts, were not seen; a predecessor the kubelet had not unprepared yet was
+    whole = _prepared("a", "gpu-0", "GPU-0")
+    mig = _prepared("b", "gpu-0-mig-3g40gb-9-0", "MIG-1", ("GPU-0", 0, 4))
+    overlapping = _prepared("c", "gpu-0-mig-1g10gb-19-2", "MIG-2", ("GPU-0", 2, 1))
+    disjoint = _prepared("d", "gpu-0-mig-3g40gb-9-4", "MIG-3", ("GPU-0", 4, 4))
+    assert len(double_prepared([NodeState("n", True, checkpoint={"u1": whole, "u2": mig})])) == 1
+    assert len(double_prepared([NodeState("n", True, checkpoint={"u2": mig, "u3": overlapping})])) == 1
+    assert double_prepared([NodeState("n", True, checkpoint={"u2": mig, "u4": disjoint})]) == []
+    handed_over = NodeState("n", True, checkpoint={"u1": _prepared("old", "gpu-0", "GPU-0"), "u5": _prepared("new", "gpu-0", "GPU-0")})
+    assert len(double_prepared([handed_over])) == 1  # without knowing what is allocated: counted
+    assert double_prepared([handed_over], allocated={("ns", "new")}) == []  # "old" is deallocated: a hand-over

@@ -89,18 +89,25 @@ def leaks(states: list[NodeState], live: set[str]) -> Leaks:
     return found
 
 
-def double_prepared(states: list[NodeState]) -> list[str]:
-    """Devices (or MIG placements) prepared for two claims at the same time on one node."""
+def double_prepared(states: list[NodeState], allocated: set[tuple[str, str]] | None = None) -> list[str]:
+    """Devices, or overlapping parts of one GPU (a whole GPU beside its MIG devices, MIG placements whose
+    memory slices overlap), prepared for two claims at the same time on one node. With `allocated`
+    ((namespace, name) of the claims allocated now), a record of a claim that is not is left out: the
+    scheduler may hand a device on before the kubelet unprepares its predecessor, which DRA allows."""
     problems = []
     for s in states:
-        owner: dict[object, str] = {}
-        for uid, record in s.checkpoint.items():
-            if record.state == PREPARING:
+        names: dict[str, str] = {}
+        parts: dict[str, list[tuple[float, float, str, str]]] = {}  # GPU uuid -> (first slice, end, claim uid, device)
+        for uid, record in sorted(s.checkpoint.items()):
+            if record.state == PREPARING or (allocated is not None and (record.namespace, record.name) not in allocated):
                 continue
             for d in record.devices:
-                keys = [d.device_name] + ([(d.mig.gpu_uuid, d.mig.start)] if d.mig is not None else [])
-                for key in keys:
-                    if key in owner and owner[key] != uid:
-                        problems.append(f"{s.node}: {key} prepared for claims {owner[key]} and {uid}")
-                    owner[key] = uid
+                if d.device_name in names and names[d.device_name] != uid:
+                    problems.append(f"{s.node}: {d.device_name} prepared for claims {names[d.device_name]} and {uid}")
+                names[d.device_name] = uid
+                gpu, lo, hi = (d.mig.gpu_uuid, d.mig.start, d.mig.start + d.mig.size) if d.mig else (d.visible_uuid, 0, float("inf"))
+                for other_lo, other_hi, other, device in parts.get(gpu, []):
+                    if other != uid and lo < other_hi and other_lo < hi and device != d.device_name:
+                        problems.append(f"{s.node}: {device} and {d.device_name} of GPU {gpu} overlap, prepared for claims {other} and {uid}")
+                parts.setdefault(gpu, []).append((lo, hi, uid, d.device_name))
     return problems

@@ -69,7 +69,7 @@ class KindUnit:
     killed: str | None = None  # id of the container killed last, until a new one runs
     killed_at: float | None = None
     kills: int = 0
-    crashes: int = 0
+    crashes: int = 0  # not counted on kind (the kubelet restarts what exits): reported as 0
     downtimes: list[float] = field(default_factory=list)
     outages: Outages | None = None  # the supervision's, told when a killed unit runs again
     ready: Callable[[], bool] | None = None  # whether its new container serves (the apiserver's /readyz)

@@ -167,10 +167,11 @@ class Campaign:
     def observe(self) -> list[str]:
         """The whole cluster now: what is allocated or prepared twice (each caller keeps its own findings, so a
         chaos thread that outlives its run cannot put them into the next run's)."""
+        states = self.target.node_states()  # first: a claim deallocated after this read is not in `allocated` below
         snap = Snapshot(Inventory.from_api(self.resource), observe_claims(self.resource))
         problems = [v.message for v in check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
                     if v.double]
-        problems += double_prepared(self.target.node_states())
+        problems += double_prepared(states, {(c.namespace, c.name) for c in snap.claims if c.results})
         self._count("observations")
         return problems
 
