@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -202,3 +205,11 @@ def test_the_memory_checks_bite_when_the_driver_lies(request) -> None:
     h100 = get_board("h100-80gb").memory_mib / 1024
     (reason,) = _pod(result, "too-big").reasons
     assert f"largest memory is {h100:.1f}Gi on h100-80gb" not in reason and f"{2 * h100:.1f}Gi" in reason
+
+
+def test_the_run_leaves_no_discovery_cache_in_the_temp_dir(examples: RunResult, hopper_bed: HopperBed) -> None:
+    """The kubernetes library's dynamic client writes /tmp/osrcp-<md5 of the server address>.json by default;
+    it outlived every run, and a later cluster on the same loopback port would start from its discovery."""
+    name = f"osrcp-{hashlib.md5(hopper_bed.api.configuration.host.encode(), usedforsecurity=False).hexdigest()}.json"
+    assert examples.pods  # the run used the dynamic client (apply, settle, fleet)
+    assert not (Path(tempfile.gettempdir()) / name).exists()

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from kubernetes import client, dynamic
+from kubernetes import client
 
+from testbed.apiviews import dynamic_client
 from testbed.outcomes.cel import Evaluation, evaluate
 from testbed.workloads.devices import Device, DeviceId, Inventory
 from testbed.workloads.model import ClaimSpec, MatchAttribute, Request, SubRequest
@@ -55,7 +56,7 @@ class Fleet:
 
     @classmethod
     def read(cls, api: client.ApiClient, minor: str) -> Fleet:
-        dyn = dynamic.DynamicClient(api)
+        dyn = dynamic_client(api)
         slices = dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").get().to_dict()["items"]
         classes = dyn.resources.get(api_version="resource.k8s.io/v1", kind="DeviceClass").get().to_dict()["items"]
         nodes = client.CoreV1Api(api).list_node().items

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Iterable
 
 import yaml
-from kubernetes import client, dynamic
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+from testbed.apiviews import dynamic_client
 from testbed.namespaces import create_namespace
 from testbed.outcomes.cel import error_position
 
@@ -120,7 +121,7 @@ class Applier:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api = api
         self.namespace = namespace
-        self.dynamic = dynamic.DynamicClient(api)
+        self.dynamic = dynamic_client(api)
 
     def _resource(self, manifest: Manifest):
         try:

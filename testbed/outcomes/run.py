@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from kubernetes import client, dynamic
+from kubernetes import client
 
+from testbed.apiviews import dynamic_client
 from testbed.namespaces import create_namespace
 from testbed.outcomes.explain import PodOutcome, explain
 from testbed.outcomes.fleet import Fleet
@@ -56,7 +57,7 @@ def run_manifests(api: client.ApiClient, manifests: list[Manifest], *, fleet: st
         applied = applier.apply(manifests)
         applied.created_namespaces.insert(0, namespace)
         snapshot = settle(api, applied.namespaces, expected_pods(manifests), timeout=timeout)
-        claims = dynamic.DynamicClient(api).resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim").get().to_dict()["items"]
+        claims = dynamic_client(api).resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim").get().to_dict()["items"]
         view = Fleet.read(api, minor)
         return RunResult(fleet, minor, version.git_version, explain(snapshot, view, claims), snapshot.settled, snapshot.seconds)
     finally:

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable
 
-from kubernetes import client, dynamic
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from testbed.apiviews import dynamic_client
 
 WATCH_SLICE = 5  # seconds per watch request, so that the threads notice the end promptly
 
@@ -126,7 +128,7 @@ class _Follower(threading.Thread):
 
 def _followers(api: client.ApiClient, feed: queue.Queue, stop: threading.Event) -> list[_Follower]:
     """One follower each for pods, FailedScheduling events and ResourceClaims."""
-    dyn = dynamic.DynamicClient(api)
+    dyn = dynamic_client(api)
     return [
         _Follower(dyn.resources.get(api_version="v1", kind="Pod"), "pod", feed, stop),
         _Follower(dyn.resources.get(api_version="v1", kind="Event"), "event", feed, stop, field_selector="reason=FailedScheduling"),
