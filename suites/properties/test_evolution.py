@@ -5,6 +5,9 @@ allocated and prepared, a machine joining, H100 -> B200 and H200 -> GB200 replac
 without live claims. `test_evolution_machine` is the generated machine (`nox -s evolution`; a smoke of it in
 `nox -s tests`). `test_evolution_family_catches_its_fault` runs the explicit example with one fault switch on
 each: it must fail at the step of the family that fault breaks, with the fleet's own check.
+
+All of them share one KWOK bed (a bed per fault test cost minutes each), reset before each test to the
+fleet and driver it came up with (testbed.workloads.evolution_bed), so none depends on another or on order.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Iterator
 
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
+from kubernetes import client
 
 from fake_gpus.driver.faults import fault_env
 from fake_gpus.driver.identity import current_identity
@@ -23,6 +27,7 @@ from fake_gpus.node import parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.workloads.bundle import default_root
+from testbed.workloads.evolution_bed import SharedFleet
 from testbed.workloads.evolution_machine import evolution_machine
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
 from testbed.workloads.runner import BOUND_ENV, PropertyFailure
@@ -37,16 +42,19 @@ LAYOUT = Layout((
 FULL_ENV = "DRA_TESTBED_EVOLUTION"  # "full": the generated machine at the profile's settings (nox -s evolution)
 
 
-def _bed(request: pytest.FixtureRequest, label: str) -> Iterator[tuple]:
+@pytest.fixture(scope="module")
+def shared_bed(request: pytest.FixtureRequest) -> Iterator[SharedFleet]:
     if request.config.option.kubeconfig or (request.config.option.backend or "kwok") != "kwok":
         pytest.skip("hardware evolution changes the fleet: only on a KWOK bed of the suite's own")  # allowed in suites/skips.yaml
-    with request.getfixturevalue("bed")(LAYOUT, label=label) as testbed:
-        yield KwokFleet(testbed.cluster, testbed.api), testbed.api
+    with request.getfixturevalue("bed")(LAYOUT, label="prop-evolution") as testbed:
+        fleet = KwokFleet(testbed.cluster, testbed.api)
+        yield SharedFleet(fleet, testbed.api, fleet.layout(), fleet.driver_spec())
 
 
-@pytest.fixture(scope="module")
-def evolution_bed(request: pytest.FixtureRequest) -> Iterator[tuple]:
-    yield from _bed(request, "prop-evolution")
+@pytest.fixture
+def evolution_bed(shared_bed: SharedFleet) -> tuple[KwokFleet, client.ApiClient]:
+    """The shared bed as it came up, whichever test had it before."""
+    return shared_bed.take(), shared_bed.api
 
 
 def _pod(name: str, node: str, sub: SubRequest) -> PodSpec:
@@ -104,25 +112,12 @@ def _machine(fleet: KwokFleet, api, tmp, context: dict | None = None):
     return evolution_machine(fleet, api, tmp, context=context)()
 
 
-def test_hardware_evolution_explicit(evolution_bed, tmp_path) -> None:
-    fleet, api = evolution_bed
-    machine = _machine(fleet, api, tmp_path / "bundle")
-    try:
-        explicit_example(machine)
-        ops = [s.op for s in machine.evo.runner.steps]
-        assert {"roll-driver", "add-node", "replace-node", "switch-mode"} <= set(ops), ops
-    finally:
-        machine.teardown()
-    assert {n.name: (n.board, str(n.mode)) for n in fleet.layout().nodes} == {
-        "h100-0": ("b200-180gb", "whole"), "dyn-h200": ("gb200-186gb", "dynamic-mig")}
-
-
-def test_evolution_machine(evolution_bed, request) -> None:
+def test_evolution_machine(request) -> None:
     """Generated evolution at the Hypothesis profile's settings (`nox -s evolution`)."""
-    fleet, api = evolution_bed
-    stats: dict[str, int] = {}
     if os.environ.get(FULL_ENV) != "full":
         pytest.skip("the generated evolution machine runs in `nox -s evolution` ($DRA_TESTBED_EVOLUTION=full)")  # allowed in suites/skips.yaml
+    fleet, api = request.getfixturevalue("evolution_bed")  # only now: a skip should neither bring up nor reset a bed
+    stats: dict[str, int] = {}
     machine = evolution_machine(fleet, api, default_root() / "evolution" / request.node.name, stats=stats)
     run_state_machine_as_test(machine)
     print(f"evolution machine: {stats}")
@@ -131,11 +126,10 @@ def test_evolution_machine(evolution_bed, request) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILY_FAULTS))
-def test_evolution_family_catches_its_fault(family: str, request, tmp_path, monkeypatch) -> None:
+def test_evolution_family_catches_its_fault(family: str, evolution_bed, tmp_path, monkeypatch) -> None:
     fault, words = FAMILY_FAULTS[family]
     monkeypatch.setenv(BOUND_ENV, "20")  # a check that holds does so at once; one that fails waits the bound out
-    beds = _bed(request, f"prop-evo-{fault}")
-    fleet, api = next(beds)
+    fleet, api = evolution_bed
     # switched on by a driver update before the example: a publisher started with joined-node-unpublished on
     # would not publish the bed's own nodes (they register after it starts)
     fleet.roll_driver(fault_env([fault]))
@@ -147,13 +141,24 @@ def test_evolution_family_catches_its_fault(family: str, request, tmp_path, monk
         assert any(v.property == "evolution" and words in v.message for v in failure.value.violations), failure.value
         assert (tmp_path / "bundle" / "steps.json").is_file()
     finally:
-        try:
-            machine.evo.runner.close()
-        finally:
-            next(beds, None)  # tear the cluster down
+        machine.evo.runner.close()  # the fault stays on: the next test's reset rolls it off
     if family == "switch-mode":
         # the bundle replays on a fresh KWOK cluster (the fault switched on by a driver update) and still fails
         replay = subprocess.run([sys.executable, "-m", "testbed.cli", "replay", str(tmp_path / "bundle")],
                                 capture_output=True, text=True, timeout=900)
         assert replay.returncode == 1, replay.stderr[-2000:]
         assert "still failing" in replay.stderr and words in replay.stderr, replay.stderr[-2000:]
+
+
+# after the fault tests in the file's order: passing there shows a reset leaves no fault on
+def test_hardware_evolution_explicit(evolution_bed, tmp_path) -> None:
+    fleet, api = evolution_bed
+    machine = _machine(fleet, api, tmp_path / "bundle")
+    try:
+        explicit_example(machine)
+        ops = [s.op for s in machine.evo.runner.steps]
+        assert {"roll-driver", "add-node", "replace-node", "switch-mode"} <= set(ops), ops
+    finally:
+        machine.teardown()
+    assert {n.name: (n.board, str(n.mode)) for n in fleet.layout().nodes} == {
+        "h100-0": ("b200-180gb", "whole"), "dyn-h200": ("gb200-186gb", "dynamic-mig")}

@@ -107,6 +107,10 @@ class KwokFleet:
         """A driver update: the publisher and every node's plugin replaced by ones with `env` added (a new
         generation), the kubelets left running, on the same nodes and hardware; returns once it has
         published again (the plugins restart meanwhile)."""
-        spec = self.driver_spec().with_env(env)
+        self.roll_to(self.driver_spec().with_env(env))
+
+    def roll_to(self, spec: DriverSpec) -> None:
+        """A driver update to exactly `spec` (its env replaces the running one's, so a fault switched on by an
+        earlier roll goes): rolled as `roll_driver` rolls."""
         kwok_driver(spec).roll(self.cluster.home, self.cluster.kubeconfig(), self.layout())
         self.cluster.record_driver(spec)
