@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-AFTER_STOP_READ = 5.0  # seconds run_group reads a stopped group's last output
+AFTER_STOP_READ = 5.0  # seconds read_stopped reads a stopped group's last output
 
 
 def alive(pid: int) -> bool:
@@ -154,6 +154,17 @@ def started_from(folder: str) -> list[int]:
     return found
 
 
+def read_stopped(proc: subprocess.Popen) -> None:
+    """Read what `proc`'s stopped group wrote last to its pipes, for up to AFTER_STOP_READ seconds, then close
+    them: a process that left the group (setsid) keeps them open for as long as it lives, maybe for ever."""
+    try:
+        proc.communicate(timeout=AFTER_STOP_READ)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 def run_group(args: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
               cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """subprocess.run with captured text output, in a process group of its own that is stopped whole
@@ -164,10 +175,6 @@ def run_group(args: list[str], *, env: dict[str, str] | None = None, timeout: fl
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
         stop_group(proc.pid)
-        try:  # what the group wrote before it went
-            proc.communicate(timeout=AFTER_STOP_READ)
-        except subprocess.TimeoutExpired:  # a process that left the group holds the pipes, maybe for ever
-            for pipe in (proc.stdout, proc.stderr):
-                pipe.close()
+        read_stopped(proc)
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,29 @@ def test_kind_stopped_mid_create_lets_its_docker_runs_finish_and_stops_the_rest(
     finally:
         for pid in _left(tmp_path):
             subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def test_kind_stopped_returns_though_a_process_that_left_its_group_holds_its_output(tmp_path: Path) -> None:
+    # a child of kind that left kind's group (setsid) keeps kind's stdout and stderr open, and settle_group does not
+    # stop it: run_kind read the pipes to their end after settling the group, for as long as that process lived
+    kind = _stand_ins(tmp_path, f"setsid {tmp_path}/docker events &\nsleep 600")
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_kind(kind, ["create", "cluster"], {"PATH": "/usr/bin:/bin"}, timeout=0.5)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        worker.join(120)  # only against a hang: the read is bounded by AFTER_STOP_READ
+        assert not worker.is_alive(), "run_kind still reads the pipes that the process which left kind's group holds"
+        assert [type(exc) for exc in raised] == [subprocess.TimeoutExpired]
+        assert (tmp_path / "made").exists()
+        assert _left(tmp_path), "the process that left kind's group is gone: it held no pipe, the test proved nothing"
+    finally:
+        for pid in _left(tmp_path):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+        worker.join(30)

@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from hostenv.processes import group_members, stop_group
+from hostenv.processes import group_members, read_stopped, stop_group
 from testbed import progress
 
 CREATING_WAIT = 120.0  # seconds an interrupted kind's `docker run`s get to finish making their containers
@@ -69,7 +69,7 @@ def run_kind(kind: Path, args: list[str], env: dict[str, str], timeout: float) -
         proc.kill()
         proc.wait()
         settle_group(proc.pid)
-        proc.communicate()  # the group is gone: nothing holds the pipes open any more
+        read_stopped(proc)  # the group is gone, but a process that left it (setsid) may hold the pipes
         raise
     settle_group(proc.pid)  # kind's errors return on the first node that failed, with the others' `docker run`s under way
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
