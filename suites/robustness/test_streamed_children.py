@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +35,29 @@ def test_interrupt_while_streaming_stops_child_and_grandchildren() -> None:
     assert [pid for pid in seen if alive(pid)] == []
 
 
+HANG = 120.0  # seconds after which a stream the test runs counts as hung: only against a hang, never a speed goal
+
+
+def _interrupted(args: list[str], take, grace: float, hung: str) -> BaseException:
+    """What stream(args, take, grace=grace) raised, run in a thread; the test fails, saying `hung`, when the
+    stream is still running after HANG seconds."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            stream(args, take, grace=grace)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, name="stream", daemon=True)
+    worker.start()
+    worker.join(HANG)
+    if worker.is_alive():
+        pytest.fail(f"stream still running after {HANG:.0f} s: {hung}")
+    assert len(raised) == 1, "stream returned though take() raised"
+    return raised[0]
+
+
 # a runner that cleans up on a signal (as Ginkgo does): reports its pid, and on SIGTERM prints and exits 7
 TRAPPING = "trap 'echo cleaned up after TERM; exit 7' TERM; echo runner $$; while :; do sleep 0.1; done"
 
@@ -46,11 +70,11 @@ def test_grace_forwards_the_signal_and_keeps_the_output_of_the_clean_up() -> Non
         if line.startswith("runner"):
             raise Terminated(signal.SIGTERM)  # what a SIGTERM to us raises (testbed.interrupts)
 
-    started = time.monotonic()
-    with pytest.raises(Terminated):
-        stream(["sh", "-c", TRAPPING], take, grace=30.0)
+    # a grace longer than HANG: a stream that waits out the grace, not the runner's end, is a hang here
+    raised = _interrupted(["sh", "-c", TRAPPING], take, grace=10 * HANG,
+                          hung="it waits out the grace, not the runner's end on the forwarded SIGTERM")
+    assert isinstance(raised, Terminated), raised
     assert "cleaned up after TERM" in lines  # it got SIGTERM, not SIGKILL, and its last words were read
-    assert time.monotonic() - started < 10  # it ended on the signal: no waiting out the grace
     runner = int(lines[0].split()[1])
     assert not alive(runner)
 
@@ -62,10 +86,14 @@ def test_grace_ends_with_stopping_a_group_that_ignores_the_signal() -> None:
         pids.append(int(line.split()[1]))
         raise KeyboardInterrupt
 
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        stream(["sh", "-c", "trap '' INT; echo runner $$; while :; do sleep 0.1; done"], take, grace=1.0)
-    assert time.monotonic() - started < 15 and not alive(pids[0])
+    try:
+        raised = _interrupted(["sh", "-c", "trap '' INT; echo runner $$; while :; do sleep 0.1; done"], take, grace=1.0,
+                              hung="a 1 s grace for a group that ignores SIGINT never ended")
+        assert isinstance(raised, KeyboardInterrupt), raised
+        assert not alive(pids[0])
+    finally:
+        if pids and alive(pids[0]):  # the runner is its group's leader: a failed run leaves no loop behind
+            os.killpg(pids[0], signal.SIGKILL)
 
 
 def test_stream_returns_the_exit_code_and_every_line() -> None:
