@@ -364,6 +364,26 @@ def test_a_kill_of_a_plugin_not_started_yet_is_not_counted(tmp_path: Path) -> No
             proc.wait(timeout=10)
 
 
+def test_a_kill_spares_a_process_that_got_the_pid_of_a_unit_already_gone(tmp_path: Path) -> None:
+    # the pid file of a plugin that exited still names its pid; another process got that pid since: killing
+    # "the plugin" SIGKILLed that process. The pid must still name the process the supervisor saw there.
+    pid_file = tmp_path / "plugin.pid"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        pid_file.write_text(f"{proc.pid}\n")
+        unit = Unit.watched("plugin/n", "plugin", pid_file)
+        supervisor = Supervisor([unit])  # not started: kill() only
+        assert unit.is_running() and unit.pid == proc.pid and unit.started is not None  # seen: that process
+        unit.started -= 1  # as if the process seen at this pid had started a tick earlier: it was another one
+        assert supervisor.kill("plugin/n").killed_at is None  # gone: no kill, and nothing counted
+        assert proc.poll() is None and supervisor.outages.spans() == []
+        unit.started += 1  # the process seen is the one running: killed
+        assert supervisor.kill("plugin/n").killed_at is not None
+        proc.wait(timeout=10)
+    finally:
+        terminate(proc.pid)
+
+
 def test_a_unit_that_cannot_be_restarted_leaves_the_others_supervised(tmp_path: Path) -> None:
     # an exception in one unit's restart (Popen failing) used to end the supervisor's thread: no unit was restarted
     # again, and the reason was only a thread traceback on stderr

@@ -41,6 +41,15 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def start_of(pid: int) -> int | None:
+    """When the process of that pid started (clock ticks after boot, /proc/<pid>/stat's 22nd field); None when
+    there is none. With the pid it names one process: a pid reused by another process has another start."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def last_error(log: str | None, tail: int = 8192) -> str:
     """The last error line (klog E/F, or one saying error) of a log file; '' when none or no log."""
     if not log:
@@ -67,6 +76,7 @@ class Unit:
     env: dict[str, str]
     log: str | None
     pid: int
+    started: int | None = None  # the process's start (start_of()) as first seen at this pid: who `kill` may kill
     restarts: int = 0
     crashes: int = 0
     external: bool = False  # restarted by someone else (a kubelet): only killed and watched here
@@ -93,7 +103,8 @@ class Unit:
             raise SuperviseError(f"cannot adopt {name} from {pid_file}: {exc}") from exc
         if not argv:
             raise SuperviseError(f"cannot adopt {name}: process {pid} has no command line (exited?)")
-        return cls(name, kind, pid_file, argv, cwd, env, out if out.startswith("/") and os.path.isfile(out) else None, pid)
+        return cls(name, kind, pid_file, argv, cwd, env, out if out.startswith("/") and os.path.isfile(out) else None, pid,
+                   start_of(pid))
 
     def start(self) -> None:
         log = open(self.log, "ab") if self.log else subprocess.DEVNULL
@@ -103,15 +114,17 @@ class Unit:
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
-        self.pid = self.proc.pid
+        self.pid, self.started = self.proc.pid, start_of(self.proc.pid)
         self.pid_file.write_text(f"{self.pid}\n")
 
     def is_running(self) -> bool:
         if self.external:
             try:
-                self.pid = int(self.pid_file.read_text().strip())
+                pid = int(self.pid_file.read_text().strip())
             except (OSError, ValueError):
                 return True  # not started (on demand): nothing to wait for
+            if pid != self.pid:  # a new process of the unit: the one `kill` may kill from now on
+                self.pid, self.started = pid, start_of(pid)
             return running(self.pid)
         if self.proc is not None:
             return self.proc.poll() is None
@@ -153,12 +166,15 @@ class Supervisor:
         return [u for u in self.units.values() if u.kind == kind]
 
     def kill(self, name: str) -> Unit:
-        """SIGKILL the unit's process; the loop restarts it."""
+        """SIGKILL the unit's process; the loop restarts it. A pid that no longer names the process first seen
+        there (the unit exited and another process got its pid) is not killed: the unit is gone, no kill."""
         with self.lock:
             unit = self.units[name]
             unit.is_running()  # an external unit's current pid
             if unit.external and unit.pid < 0:
                 return unit  # not started yet: nothing to kill
+            if unit.started is not None and start_of(unit.pid) != unit.started:
+                return unit  # gone: what runs at its pid is someone else
             unit.killed_at, unit.killed_pid, unit.restarted = time.monotonic(), unit.pid, False
             self.outages.down(name, unit.killed_at)
             try:
