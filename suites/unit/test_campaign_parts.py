@@ -530,6 +530,20 @@ def test_kind_units_asked_from_two_threads_close_a_kill_once(monkeypatch) -> Non
     assert failures == [] and len(unit.downtimes) == 1 and unit.killed_at is None
 
 
+def test_both_backends_supervisions_and_units_are_what_the_campaign_reads() -> None:
+    # chaos.py and run.py read `period` and `exit_reasons` through getattr fallbacks because nothing said
+    # what a supervision is; the Supervision protocol says it, and both backends (and the tests' fake) satisfy it
+    from testbed.campaign.kind import KindSupervision, KindUnit
+    from testbed.campaign.supervisor import SupervisedUnit, Supervision
+
+    kind_unit = KindUnit("etcd", "etcd", "dra-control-plane", "etcd")
+    kwok_unit = Unit.watched("plugin/n", "plugin", Path("/nonexistent/plugin.pid"))
+    for supervision in (Supervisor([kwok_unit]), KindSupervision([kind_unit]), _Raising()):
+        assert isinstance(supervision, Supervision), type(supervision).__name__
+        assert all(isinstance(u, SupervisedUnit) for u in supervision.units.values()), type(supervision).__name__
+    assert kind_unit.exit_reasons == []  # the kubelet restarts what exits: nothing read here
+
+
 def test_the_benchmark_refuses_bad_settings_in_one_line_before_any_cluster(capsys, monkeypatch) -> None:
     import importlib.util
 

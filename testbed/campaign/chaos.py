@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from testbed.campaign.supervisor import Supervisor
+from testbed.campaign.supervisor import Supervision
 
 COMPONENTS = ("plugin", "publisher", "scheduler", "apiserver", "etcd")
 # seconds a killed unit gets to serve again: a kubelet's crash-loop back-off grows to 5 min (kind), an apiserver
@@ -32,7 +32,7 @@ class Kill:
 
 @dataclass
 class Chaos:
-    supervisor: Supervisor
+    supervisor: Supervision
     seed: int
     limit: int
     interval: tuple[float, float] = (4.0, 10.0)
@@ -78,7 +78,7 @@ class Chaos:
         """Every unit serves again (False after BACK_TIMEOUT, or at once when the chaos is stopped)."""
         deadline = time.monotonic() + BACK_TIMEOUT
         while not self.supervisor.all_running():
-            if time.monotonic() > deadline or self._stop.wait(getattr(self.supervisor, "period", 0.2)):
+            if time.monotonic() > deadline or self._stop.wait(self.supervisor.period):
                 return False
         return True
 

@@ -68,8 +68,8 @@ class KindUnit:
     container: str  # the container's name in the pod
     killed: str | None = None  # id of the container killed last, until a new one runs
     killed_at: float | None = None
-    kills: int = 0
     crashes: int = 0  # not counted on kind (the kubelet restarts what exits): reported as 0
+    exit_reasons: list[str] = field(default_factory=list)  # none either: kept for the Supervision protocol
     downtimes: list[float] = field(default_factory=list)
     outages: Outages | None = None  # the supervision's, told when a killed unit runs again
     ready: Callable[[], bool] | None = None  # whether its new container serves (the apiserver's /readyz)
@@ -89,7 +89,7 @@ class KindUnit:
 
 
 class KindSupervision:
-    """The Supervisor interface over kubelets: kill by pid, and wait for the kubelet's restart. The chaos thread
+    """The Supervision protocol over kubelets: kill by pid, and wait for the kubelet's restart. The chaos thread
     and the campaign's thread both ask whether units run, and asking closes a kill's outage: one at a time."""
 
     def __init__(self, units: list[KindUnit], period: float = 1.0, outages: Outages | None = None) -> None:
@@ -116,7 +116,7 @@ class KindSupervision:
             except ExecError:
                 return unit  # no kill happened: not counted (the chaos tries another time)
             if pid.isdigit():
-                unit.killed, unit.killed_at, unit.kills = container, time.monotonic(), unit.kills + 1
+                unit.killed, unit.killed_at = container, time.monotonic()
                 self.outages.down(unit.name, unit.killed_at)
             return unit
 

@@ -65,9 +65,6 @@ class KwokTarget:
         units += [Unit.adopt(name, kind, self.kwok_dir / "pids" / f"{name}.pid") for kind, name in WATCHED.items()]
         return units
 
-    def stop(self) -> None:
-        """Nothing of its own to stop: the cluster's teardown stops every unit by its pid file."""
-
     # --- observation ---
 
     def prepared(self, pod) -> bool:

@@ -24,7 +24,7 @@ from kubernetes import client
 
 from testbed.campaign.audit import Leaks, NodeState, double_prepared, leaks
 from testbed.campaign.chaos import BACK_TIMEOUT, COMPONENTS, Chaos, Kill
-from testbed.campaign.supervisor import Supervisor
+from testbed.campaign.supervisor import Supervision
 from testbed.workloads.devices import Inventory
 from testbed.workloads.observe import Snapshot, observe_claims
 from testbed.workloads.oracle import check_usage
@@ -144,7 +144,7 @@ class Campaign:
     api: client.ApiClient
     layout_yaml: str
     target: Target
-    supervisor: Supervisor
+    supervisor: Supervision
     bundles: Path
     examples: int = 3
     steps: int = 6
@@ -298,7 +298,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
     """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos."""
     result = CampaignResult(backend, sorted(faults), kills_asked=kills)
     crashed = {u.name: u.crashes for u in campaign.supervisor.units.values()}
-    reasons_before = {u.name: len(getattr(u, "exit_reasons", [])) for u in campaign.supervisor.units.values()}
+    reasons_before = {u.name: len(u.exit_reasons) for u in campaign.supervisor.units.values()}
     downtimes_before = {u.name: len(u.downtimes) for u in campaign.supervisor.units.values()}  # a session runs several
     campaign.stats.clear()  # counts are per run
     start = time.monotonic()
@@ -340,7 +340,7 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
     units = campaign.supervisor.units.values()
     result.crashes = {u.name: u.crashes - crashed.get(u.name, 0) for u in units if u.crashes - crashed.get(u.name, 0)}
     for u in units:
-        new = list(dict.fromkeys(r for r in getattr(u, "exit_reasons", [])[reasons_before.get(u.name, 0):] if r))
+        new = list(dict.fromkeys(r for r in u.exit_reasons[reasons_before.get(u.name, 0):] if r))
         if new:
             result.crash_reasons[u.name] = new[:5]
     for kind in kinds:

@@ -19,7 +19,7 @@ from fake_gpus.driver.identity import current_identity
 from testbed.apiretry import RetryingApiClient, retrying_client
 from testbed.campaign.kwok import KwokTarget
 from testbed.campaign.run import Campaign, CampaignResult, Target, run_campaign
-from testbed.campaign.supervisor import Supervisor
+from testbed.campaign.supervisor import Supervision, Supervisor
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.workloads.bundle import default_root, layout_yaml
 
@@ -28,7 +28,6 @@ CAMPAIGN_LAYOUT = Layout((
     NodeSpec("dyn-h100", "h100-80gb", 2, Mode("dynamic-mig")),
     NodeSpec("whole-h200", "h200-141gb", 2, Mode("whole")),
 ), name="fault-campaign")
-CAMPAIGN_BOARDS = ("h100-80gb", "h200-141gb")
 
 
 @dataclass
@@ -47,7 +46,7 @@ class Session:
 
 
 @contextmanager
-def session_on(backend: str, kubeconfig: Path, layout: Layout, target: Target, supervisor: Supervisor, faults: list[str],
+def session_on(backend: str, kubeconfig: Path, layout: Layout, target: Target, supervisor: Supervision, faults: list[str],
                label: str, progress: Callable[[str], None] = print, **campaign_args) -> Iterator[Session]:
     """A Session over an already started target and supervisor."""
     api = retrying_client(str(kubeconfig))
@@ -65,11 +64,7 @@ def kwok_session(cluster, layout: Layout, faults: list[str], label: str = "kwok"
                  **campaign_args) -> Iterator[Session]:
     """Every unit of the KWOK `cluster` supervised for the session (its driver already runs with `faults`)."""
     target = KwokTarget(cluster.home, cluster.kwok_dir, layout, current_identity().driver)
-    try:
-        units = target.start()
-        with Supervisor(units) as supervisor:
-            with session_on("kwok", cluster.home / "kubeconfig", layout, target, supervisor, faults, label, progress,
-                            **campaign_args) as session:
-                yield session
-    finally:
-        target.stop()  # after the supervisor stopped: nothing restarts them
+    with Supervisor(target.start()) as supervisor:  # the units keep running after: the cluster's teardown stops them
+        with session_on("kwok", cluster.home / "kubeconfig", layout, target, supervisor, faults, label, progress,
+                        **campaign_args) as session:
+            yield session

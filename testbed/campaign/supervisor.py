@@ -20,10 +20,42 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from hostenv.processes import alive
 from testbed.campaign.outages import Outages
+
+
+@runtime_checkable
+class SupervisedUnit(Protocol):
+    """What the campaign reads of a unit on either backend: a Unit here, a KindUnit (kind.py)."""
+
+    name: str
+    kind: str
+    killed_at: float | None  # set by a kill, None again once it serves
+    crashes: int
+    downtimes: list[float]
+    exit_reasons: list[str]
+
+
+@runtime_checkable
+class Supervision(Protocol):
+    """What the campaign asks of whoever restarts its units: the Supervisor here (KWOK), KindSupervision (kind's
+    kubelets). `kill` returns the unit, its killed_at None when nothing was killed."""
+
+    period: float  # seconds between looks at the units
+    outages: Outages
+
+    @property
+    def units(self) -> Mapping[str, SupervisedUnit]: ...
+
+    def of_kind(self, kind: str) -> Sequence[SupervisedUnit]: ...
+
+    def kill(self, name: str) -> SupervisedUnit: ...
+
+    def all_running(self) -> bool: ...
+
+    def wait_running(self, timeout: float = ...) -> bool: ...
 
 
 class SuperviseError(RuntimeError):
