@@ -721,3 +721,74 @@ def test_overlapping_parts_of_one_gpu_are_a_double_prepare_and_a_hand_over_is_no
     handed_over = NodeState("n", True, checkpoint={"u1": _prepared("old", "gpu-0", "GPU-0"), "u5": _prepared("new", "gpu-0", "GPU-0")})
     assert len(double_prepared([handed_over])) == 1  # without knowing what is allocated: counted
     assert double_prepared([handed_over], allocated={("ns", "new")}) == []  # "old" is deallocated: a hand-over
+
+
+def test_a_campaign_bed_is_created_again_only_after_a_failure_while_starting(monkeypatch) -> None:
+    # any ClusterError was retried, a refusal before anything started too (a host without docker, a node image
+    # that does not build: tried again, it fails again, after as long); only a ClusterStartError may pass next time
+    from contextlib import contextmanager
+
+    from testbed.campaign import beds
+    from testbed.campaign.session import CAMPAIGN_LAYOUT
+    from testbed.clusters.base import ClusterError, ClusterStartError
+
+    class Cluster:
+        def __init__(self, failures: list[Exception]) -> None:
+            self.name, self.failures, self.creates, self.deleted = "campaign-t", failures, 0, False
+
+        def create(self, spec, force: bool = False) -> None:
+            self.creates += 1
+            if self.failures:
+                raise self.failures.pop(0)
+
+        def delete(self) -> None:
+            self.deleted = True
+
+    @contextmanager
+    def session(cluster, layout, faults, **kwargs):
+        yield "session"
+
+    monkeypatch.setattr(beds, "kwok_session", session)
+    refused = Cluster([ClusterError("Cannot connect to the Docker daemon"), None])
+    monkeypatch.setattr(beds, "cluster_for", lambda backend, name: refused)
+    with pytest.raises(ClusterError, match="Docker daemon"):
+        with beds.campaign_cluster("kwok", CAMPAIGN_LAYOUT, [], "t", "1.34"):
+            pass
+    assert refused.creates == 1
+    lost = Cluster([ClusterStartError("kube-apiserver not healthy after 180s; components exited: ['etcd']")])
+    monkeypatch.setattr(beds, "cluster_for", lambda backend, name: lost)
+    with beds.campaign_cluster("kwok", CAMPAIGN_LAYOUT, [], "t", "1.34") as got:
+        assert got == "session"
+    assert lost.creates == 2 and lost.deleted
+
+
+def test_a_kwok_up_that_fails_once_started_says_so_and_a_refusal_does_not(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from testbed.campaign.session import CAMPAIGN_LAYOUT
+    from testbed.clusters.base import ClusterError, ClusterSpec, ClusterStartError
+    from testbed.clusters.kwok import cluster as kwok
+    from testbed.clusters.kwok.stages import StagesError
+
+    monkeypatch.setenv("DRA_TESTBED_STATE", str(tmp_path))
+    monkeypatch.delenv(kwok.FAILURE_LOGS_ENV, raising=False)
+
+    class Driver:
+        def spawn(self, home, kubeconfig, layout) -> None:
+            raise ClusterError("the publisher exited: see publisher.log")
+
+    monkeypatch.setattr(kwok, "kwok_driver", lambda spec: Driver())
+    monkeypatch.setattr(kwok, "ensure", lambda minor, names, overrides=None: SimpleNamespace(path=lambda name: tmp_path / name))
+    monkeypatch.setattr(kwok, "stages_yaml", lambda version: "")
+    cluster = kwok.KwokCluster("t")
+    monkeypatch.setattr(cluster, "_teardown", lambda kwokctl: None)
+    with pytest.raises(ClusterStartError, match="the publisher exited"):
+        cluster.create(ClusterSpec(name="t", layout=CAMPAIGN_LAYOUT))
+
+    def no_stages(version):
+        raise StagesError("no stages for kwok v0")
+
+    monkeypatch.setattr(kwok, "stages_yaml", no_stages)
+    with pytest.raises(ClusterError, match="no stages") as refused:
+        kwok.KwokCluster("u").create(ClusterSpec(name="u", layout=CAMPAIGN_LAYOUT))
+    assert not isinstance(refused.value, ClusterStartError)

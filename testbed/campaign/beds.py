@@ -8,7 +8,7 @@ from typing import Iterator
 
 from fake_gpus.driver.faults import fault_env
 from testbed.campaign.session import Session, kwok_session
-from testbed.clusters.base import ClusterError, ClusterSpec
+from testbed.clusters.base import ClusterSpec, ClusterStartError
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout
 from testbed.clusters.registry import cluster_for
@@ -20,7 +20,9 @@ def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str,
     spec = ClusterSpec(name=cluster.name, k8s=k8s, layout=layout, driver=DriverSpec(env=fault_env(faults)))
     try:
         cluster.create(spec, force=True)
-    except ClusterError as exc:  # a loaded machine has been seen to lose a component during `up`: once more
+    except ClusterStartError as exc:  # a loaded machine has been seen to lose a component during `up`: once more
+        # (only then: a refusal before anything started -- a host without docker, a node image that does not
+        # build -- fails the same way again)
         print(f"campaign: retrying {backend} cluster {cluster.name} after: {exc}")
         cluster.create(spec, force=True)
     try:

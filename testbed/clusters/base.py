@@ -27,6 +27,12 @@ class ClusterError(RuntimeError):
     """A cluster could not be created, found or removed; the message is one line for the user."""
 
 
+class ClusterStartError(ClusterError):
+    """create() had started the cluster when a command, a component or a wait for one failed (what started is
+    removed again): unlike a refusal before anything started (no layout, a host without docker, a node image
+    that does not build), another try may pass, as on a loaded machine."""
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """What to bring up: a named cluster of one Kubernetes minor with a layout of GPU nodes and the driver

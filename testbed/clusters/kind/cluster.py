@@ -15,7 +15,7 @@ from kubernetes import client
 
 from hostenv.versions import release_for
 from testbed import hostdeps, progress
-from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
+from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.kind.driver import READY_TIMEOUT, kind_driver
@@ -172,6 +172,8 @@ class KindCluster(Cluster):
                 progress.note(f"[yellow]keeping the failed cluster ({KEEP_ON_FAILURE_ENV} is set)[/yellow]")
             else:
                 self._teardown(kind, keep_home=True)
+            if isinstance(exc, ClusterError) and not isinstance(exc, ClusterStartError):
+                raise ClusterStartError(str(exc)) from exc
             raise
 
     def _create_nodes(self, kind: Path, image: str, config: Path, kubeconfig: Path, count: int) -> None:

@@ -22,7 +22,7 @@ from hostenv.dirs import state_root
 from hostenv.processes import alive, run_group, started_from, terminate
 from hostenv.versions import release_for
 from testbed import progress
-from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus, port_is_free
+from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
@@ -133,7 +133,7 @@ class KwokCluster(Cluster):
                     api.close()
             self.record_spec(spec, release.kubernetes, binaries={b.name: str(b.path) for b in toolchain.binaries.values()})
             return kubeconfig
-        except BaseException:
+        except BaseException as failure:
             try:  # keeping the logs must never keep the cluster: the teardown below runs whatever happens here
                 kept = self.export_logs(Path(os.environ[FAILURE_LOGS_ENV]) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}") \
                     if os.environ.get(FAILURE_LOGS_ENV) else None
@@ -142,6 +142,8 @@ class KwokCluster(Cluster):
                 where = f" (keeping its logs failed: {str(exc)[:200]})"
             progress.note(f"[red]up failed; removing the partial cluster {self.name!r}{where}[/red]")
             self._teardown(toolchain.path("kwokctl"))
+            if isinstance(failure, ClusterError) and not isinstance(failure, ClusterStartError):
+                raise ClusterStartError(str(failure)) from failure
             raise
 
     def export_logs(self, folder: Path | None = None) -> Path:
