@@ -26,6 +26,8 @@ from fake_gpus.driver.identity import current_identity
 from fake_gpus.node import parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.kubelet.process import plugin_pid
+from testbed.waiting import until
 from testbed.workloads.bundle import default_root
 from testbed.workloads.evolution_bed import SharedFleet
 from testbed.workloads.evolution_machine import evolution_machine
@@ -148,6 +150,21 @@ def test_evolution_family_catches_its_fault(family: str, evolution_bed, tmp_path
                                 capture_output=True, text=True, timeout=900)
         assert replay.returncode == 1, replay.stderr[-2000:]
         assert "still failing" in replay.stderr and words in replay.stderr, replay.stderr[-2000:]
+
+
+def test_a_driver_update_returns_once_the_new_plugin_runs(evolution_bed, tmp_path) -> None:
+    """As a DaemonSet rollout is done once the new pods run: before, a roll returned while the stand-in
+    still ran the old plugin, and a departing claim's unprepare could reach it (a checkpoint-lost fault,
+    which the new plugin brings, then went unseen: seen once on a loaded CI)."""
+    fleet, api = evolution_bed
+    machine = _machine(fleet, api, tmp_path / "bundle")
+    try:
+        machine.place(_pod("p1", "dyn-h200", _mig("1g.18gb")))  # the stand-in starts the node's plugin for it
+        before = until("dyn-h200's plugin running", lambda: plugin_pid(fleet.cluster.home, "dyn-h200"), timeout=120)
+        fleet.roll_driver({})
+        assert plugin_pid(fleet.cluster.home, "dyn-h200") not in (None, before)
+    finally:
+        machine.teardown()
 
 
 # after the fault tests in the file's order: passing there shows a reset leaves no fault on

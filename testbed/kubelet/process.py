@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hostenv.processes import terminate
+from hostenv.processes import alive, terminate
 
 KUBELET_PID, KUBELET_LOG = "standin-kubelet.pid", "standin-kubelet.log"
 ON_DEMAND_DIR = "standin-plugins"  # <home>/standin-plugins/<node>.json (how to start it) and <node>.pid
@@ -66,6 +66,15 @@ def add_plugin(home: Path, node: str, how: OnDemand) -> None:
     partial = path.with_suffix(".partial")  # the stand-in must never read half a file
     how.write(partial)
     partial.replace(path)
+
+
+def plugin_pid(home: Path, node: str) -> int | None:
+    """The pid of `node`'s on-demand plugin while one runs (the stand-in writes it beside the node's file)."""
+    try:
+        pid = int(plugin_file(home, node).with_suffix(".pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if alive(pid) else None
 
 
 def remove_plugin(home: Path, node: str) -> None:

@@ -25,6 +25,10 @@ from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.layout import Layout, NodeSpec
 from testbed.kubelet import process as standin
+from testbed.waiting import WaitTimeout, until
+
+
+ROLL_TIMEOUT = 120.0  # seconds the stand-in gets to replace the nodes' plugins in a driver update (START_GRACE is 60)
 
 
 class KwokDriver(abc.ABC):
@@ -120,8 +124,16 @@ class OurDriver(KwokDriver):
             launch.wait_publisher(home, self._proc)
         except RuntimeError as exc:
             raise ClusterError(str(exc)) from exc
+        running = {n.name: pid for n in layout.nodes if (pid := standin.plugin_pid(home, n.name)) is not None}
         for node in layout.nodes:  # the stand-in replaces each plugin by one of this spec
             self.join(home, kubeconfig, node)
+        # done, as a DaemonSet's rollout is, once every node that ran a plugin runs the new one: until then a
+        # kubelet call could still reach the old plugin, and a fault the new one brings would not show
+        replaced = lambda: all(standin.plugin_pid(home, n) not in (None, old) for n, old in running.items())  # noqa: E731
+        try:
+            until("the stand-in kubelet running the new plugins", replaced, timeout=ROLL_TIMEOUT, interval=0.1)
+        except WaitTimeout as exc:
+            raise ClusterError(f"driver update: {exc}") from exc
 
     @classmethod
     def stop(cls, home: Path) -> None:
