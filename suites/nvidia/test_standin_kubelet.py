@@ -30,10 +30,12 @@ SMALL = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
 def test_prepare_after_binding_retry_with_events_and_unprepare_on_delete(testbed, namespace, nvidia_node, nvidia_binary):
     node = nvidia_node("h100-80gb", 1, "dynamic-mig")
     plugin.wait_published(testbed.api, node)
+    # stopped before the stand-in starts: stopped after, under load the stand-in registered it just before
+    # it went, then called its dead endpoint until the deadline (a cold CI run saw DEADLINE_EXCEEDED)
+    plugin.stop(node)  # its slices stay; the kubelet finds no plugin to call
     daemon = daemon_for(testbed.api, {node.node: node.registry_dir}, plugin.DRIVER)
     runner = threading.Thread(target=daemon.run, daemon=True)
     runner.start()
-    plugin.stop(node)  # its slices stay; the kubelet finds no plugin to call
     try:
         testbed.resource.create_namespaced_resource_claim(namespace, {
             "metadata": {"name": "small"},
