@@ -6,6 +6,7 @@ import json
 import uuid
 
 import pytest
+from kubernetes import client
 
 from testbed.waiting import wait_for
 
@@ -60,3 +61,26 @@ def test_pods_on_different_nodes_reach_cluster_dns(kind_bed) -> None:
         assert kind_bed.core.read_namespaced_pod_log(name, namespace).strip() == "10.96.0.1"
     finally:
         kind_bed.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def test_the_campaigns_operator_credential_is_authorized_before_rbac(kind_bed) -> None:
+    """The fault campaign's harness on kind talks as system:masters (kubeadm's super-admin), which the
+    apiserver authorizes before RBAC: kind's admin.conf (kubeadm:cluster-admins, an RBAC binding) got 403
+    from an apiserver restarted by the campaign until its RBAC caches synced."""
+    from kubernetes import config
+
+    from testbed.campaign.kind import operator_kubeconfig
+
+    path = operator_kubeconfig(kind_bed.cluster)
+    assert path.stat().st_mode & 0o077 == 0, oct(path.stat().st_mode)
+    api = config.new_client_from_config(config_file=str(path))
+    try:
+        review = client.AuthenticationV1Api(api).create_self_subject_review({"apiVersion": "authentication.k8s.io/v1",
+                                                                            "kind": "SelfSubjectReview"})
+        assert "system:masters" in review.status.user_info.groups, review.status.user_info
+        # kind's own credential is not: that is why the campaign does not use it
+        mine = client.AuthenticationV1Api(kind_bed.api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        assert "system:masters" not in mine.status.user_info.groups, mine.status.user_info
+    finally:
+        api.close()
