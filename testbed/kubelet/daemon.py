@@ -209,8 +209,9 @@ class KubeletDaemon:
             pass
 
     def gone(self, key: str) -> None:
-        state = self.pods.pop(key, None)
-        if state is None or not state.prepared:
+        """The pod was deleted or finished: release its claims, unprepare those no other pod uses; also those
+        whose prepare failed, as the kubelet does (it holds the pod's reference from before the call)."""
+        if self.pods.pop(key, None) is None:
             return
         for kubelet in self.kubelets.values():
             kubelet.release(key)

@@ -5,8 +5,10 @@ the plugin offers a DRA version we speak, dial the endpoint it names, NotifyRegi
 the DRA manager handles them: the claims of a pod (its own ResourceClaims, or the ones generated from
 templates, named in the pod's status), each read from the API and grouped per driver, prepared in one
 NodePrepareResources call per driver before the pod may start, unprepared in one NodeUnprepareResources
-call per driver once the pod is gone. A claim shared by several pods of the node stays prepared until
-the last of them is gone.
+call per driver once the pod is gone. Like the kubelet's claim info cache (pkg/kubelet/cm/dra/manager.go),
+a claim is prepared once however many pods of the node use it (a pod arriving at a prepared claim makes no
+call), stays prepared until the last of them is gone, and is unprepared even if its prepare failed: the
+pod's reference is taken before the call, so a plugin can undo a prepare that failed half-way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from kubernetes import client
 
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
 
-SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what a 1.34 kubelet accepts, newest first
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what a 1.34 kubelet accepts
 
 
 class PrepareError(RuntimeError):
@@ -35,8 +37,9 @@ class StandInKubelet:
     minor: str = "1.34"
     timeout: float = 60.0
     version: str = "v1"
-    prepared: dict[str, set[str]] = field(default_factory=dict)  # claim uid -> pods (namespace/name) using it
+    users: dict[str, set[str]] = field(default_factory=dict)  # claim uid -> pods (namespace/name) of the node using it
     claims: dict[str, ClaimId] = field(default_factory=dict)  # claim uid -> the claim, for unprepare
+    prepared: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> its CDI device ids, once prepared
     _client: KubeletClient | None = None
 
     def register(self) -> str:
@@ -48,7 +51,7 @@ class StandInKubelet:
             self._client.notify_registered(False, f"plugin name {info.name!r}, expected {self.driver!r}")
             raise PrepareError(f"plugin at {socket} calls itself {info.name!r}, not {self.driver!r}")
         offered = list(info.supported_versions)
-        chosen = next((s for s in SERVICES if s in offered), None)
+        chosen = choose_service(offered)
         if chosen is None:
             self._client.notify_registered(False, f"none of {list(SERVICES)} offered (offered: {offered})")
             raise PrepareError(f"plugin {self.driver} offers {offered}; this kubelet speaks {list(SERVICES)}")
@@ -87,23 +90,25 @@ class StandInKubelet:
         return out
 
     def prepare_pod(self, api: client.ApiClient, pod) -> dict:
-        """NodePrepareResources for the pod's claims of this driver; returns claim uid -> CDI device ids."""
+        """NodePrepareResources for the pod's claims of this driver not prepared yet; returns claim uid -> CDI
+        device ids of all its claims."""
         assert self._client is not None, "register() first"
         claims = self.claims_of(api, pod)
-        if not claims:
-            return {}
-        response = self._client.prepare(claims, self.version, self.timeout)
-        out = {}
-        for claim in claims:
-            result = response.claims.get(claim.uid)
-            if result is None:
-                raise PrepareError(f"NodePrepareResources: no result for claim {claim.namespace}/{claim.name}")
-            if result.error:
-                raise PrepareError(f"NodePrepareResources failed for claim {claim.namespace}/{claim.name}: {result.error}")
-            out[claim.uid] = [cdi for d in result.devices for cdi in d.cdi_device_ids]
-            self.prepared.setdefault(claim.uid, set()).add(f"{pod.metadata.namespace}/{pod.metadata.name}")
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        for claim in claims:  # the pod's reference first, kept if the call fails (the kubelet checkpoints it so)
+            self.users.setdefault(claim.uid, set()).add(key)
             self.claims[claim.uid] = claim
-        return out
+        todo = [c for c in claims if c.uid not in self.prepared]
+        if todo:
+            response = self._client.prepare(todo, self.version, self.timeout)
+            for claim in todo:
+                result = response.claims.get(claim.uid)
+                if result is None:
+                    raise PrepareError(f"NodePrepareResources: no result for claim {claim.namespace}/{claim.name}")
+                if result.error:
+                    raise PrepareError(f"NodePrepareResources failed for claim {claim.namespace}/{claim.name}: {result.error}")
+                self.prepared[claim.uid] = [cdi for d in result.devices for cdi in d.cdi_device_ids]
+        return {c.uid: self.prepared[c.uid] for c in claims}
 
     def unprepare_pod(self, pod_key: str) -> list[str]:
         """NodeUnprepareResources for claims no other pod of the node still uses; returns their uids."""
@@ -112,12 +117,12 @@ class StandInKubelet:
 
     def release(self, pod_key: str) -> None:
         """The pod no longer uses its claims (they stay prepared until unprepare_unused succeeds)."""
-        for pods in self.prepared.values():
+        for pods in self.users.values():
             pods.discard(pod_key)
 
     def unused(self) -> list[str]:
-        """Uids of prepared claims that no pod of the node uses."""
-        return [uid for uid, pods in self.prepared.items() if not pods]
+        """Uids of claims, prepared or whose prepare was tried, that no pod of the node uses."""
+        return [uid for uid, pods in self.users.items() if not pods]
 
     def unprepare_unused(self) -> list[str]:
         """NodeUnprepareResources for every prepared claim no pod uses; returns their uids. A claim that
@@ -131,6 +136,13 @@ class StandInKubelet:
             result = response.claims.get(uid)
             if result is None or result.error:
                 raise PrepareError(f"NodeUnprepareResources failed for claim {uid}: {result.error if result else 'no result'}")
-            del self.prepared[uid]
+            del self.users[uid]
             del self.claims[uid]
+            self.prepared.pop(uid, None)
         return done
+
+
+def choose_service(offered: list[str]) -> str | None:
+    """The DRA service to call: the first the plugin offers that the kubelet speaks (the plugin's order wins,
+    as in the kubelet's validateSupportedServices), None if there is none."""
+    return next((s for s in offered if s in SERVICES), None)
