@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 
 from fake_gpus.driver.kubeletplugin import cdi
+from fake_gpus.driver.kubeletplugin.calllog import SELF_CHECK, CallLog
 from fake_gpus.driver.kubeletplugin.checkpoint import Checkpoint
 from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
 from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver, DriverSettings
@@ -64,11 +65,14 @@ class PluginConfig:
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for one API version's message module."""
 
-    def __init__(self, plugin: "KubeletPlugin", messages) -> None:
+    def __init__(self, plugin: "KubeletPlugin", messages, version: str) -> None:
         self.plugin = plugin
         self.m = messages
+        self.version = version
 
     def NodePrepareResources(self, request, context):
+        if self.plugin.calls is not None:
+            self.plugin.calls.record("NodePrepareResources", self.version, request.claims)
         if "prepare-hangs" in self.plugin.config.faults:
             self.plugin.hang(context)
             context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault prepare-hangs: plugin stopping")
@@ -83,6 +87,8 @@ class DraService:
         return response
 
     def NodeUnprepareResources(self, request, context):
+        if self.plugin.calls is not None:
+            self.plugin.calls.record("NodeUnprepareResources", self.version, request.claims)
         errors = self.plugin.driver.unprepare([ClaimRef(c.namespace, c.uid, c.name) for c in request.claims])
         response = self.m.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
@@ -96,10 +102,14 @@ class RegistrationService:
 
     def GetInfo(self, request, context):
         p = self.plugin
+        if p.calls is not None and SELF_CHECK not in context.invocation_metadata():
+            p.calls.record("GetInfo", "registration")
         return p.protos.registration.PluginInfo(type="DRAPlugin", name=p.config.driver, endpoint=str(p.config.dra_socket),
                                                 supported_versions=list(SUPPORTED_VERSIONS))
 
     def NotifyRegistrationStatus(self, request, context):
+        if self.plugin.calls is not None:
+            self.plugin.calls.record("NotifyRegistrationStatus", "registration", registered=request.plugin_registered)
         self.plugin.registered = request.plugin_registered
         log(f"kubelet registration: {'registered' if request.plugin_registered else 'refused: ' + request.error}")
         return self.plugin.protos.registration.RegistrationStatusResponse()
@@ -113,6 +123,8 @@ class HealthService:
 
     def NodeWatchResources(self, request, context):
         h = self.plugin.protos.health
+        if self.plugin.calls is not None:
+            self.plugin.calls.record("NodeWatchResources", "v1alpha1")
         sent: list[str] | None = None
         while context.is_active() and not self.plugin.stopping.is_set():
             names = self.plugin.driver.device_names()
@@ -137,6 +149,7 @@ class KubeletPlugin:
         self._servers: list[grpc.Server] = []
         self._ready: ReadyServer | None = None
         self._nvml: Nvml | None = None
+        self.calls: CallLog | None = CallLog.from_env(config.plugin_dir, config.node_name)
         self.driver: Driver
 
     def start(self) -> None:
@@ -158,8 +171,9 @@ class KubeletPlugin:
         for d in (cfg.plugin_dir, cfg.registry_dir, cfg.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         dra = self._server()
-        for messages, grpc_mod in ((self.protos.dra_v1, self.protos.dra_v1_grpc), (self.protos.dra_v1beta1, self.protos.dra_v1beta1_grpc)):
-            grpc_mod.add_DRAPluginServicer_to_server(DraService(self, messages), dra)
+        for version, messages, grpc_mod in (("v1", self.protos.dra_v1, self.protos.dra_v1_grpc),
+                                            ("v1beta1", self.protos.dra_v1beta1, self.protos.dra_v1beta1_grpc)):
+            grpc_mod.add_DRAPluginServicer_to_server(DraService(self, messages, version), dra)
         self.protos.health_grpc.add_DRAResourceHealthServicer_to_server(HealthService(self), dra)
         self._serve(dra, cfg.dra_socket)
         # Registration last: the kubelet connects to the DRA socket as soon as it sees this one.
@@ -181,7 +195,8 @@ class KubeletPlugin:
                 return f"{socket} is missing: the kubelet cannot reach the plugin"
         with grpc.insecure_channel(f"unix://{self.config.registration_socket}") as channel:
             try:
-                self.protos.registration_grpc.RegistrationStub(channel).GetInfo(self.protos.registration.InfoRequest(), timeout=READY_CALL_SECONDS)
+                self.protos.registration_grpc.RegistrationStub(channel).GetInfo(self.protos.registration.InfoRequest(), timeout=READY_CALL_SECONDS,
+                                                                                metadata=(SELF_CHECK,))
             except grpc.RpcError as exc:
                 return f"the registration socket does not answer GetInfo: {exc.code().name}"
         with grpc.insecure_channel(f"unix://{self.config.dra_socket}") as channel:
