@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from testbed.kubelet.standin import PrepareError, StandInKubelet
+from testbed.kubelet.standin import PrepareError, StandInKubelet, claim_names, holds_claims
 
 
 def _pod(statuses: list[client.V1PodResourceClaimStatus] | None) -> client.V1Pod:
@@ -33,3 +33,16 @@ def test_a_template_claim_not_generated_yet_is_an_error(tmp_path) -> None:
     api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
     with pytest.raises(PrepareError, match="has no ResourceClaim yet"):
         _kubelet(tmp_path).claims_of(api, _pod(None))
+
+
+def test_the_schedulers_claim_for_extended_resources_comes_last() -> None:
+    """DRAExtendedResource: a pod asking `nvidia.com/gpu: 1` gets a claim named in status.extendedResourceClaimStatus,
+    which the kubelet prepares after the pod's own claims; a pod holding only that claim holds claims."""
+    extended = client.V1PodExtendedResourceClaimStatus(resource_claim_name="tester-1-extended-resources-x7k2p", request_mappings=[])
+    pod = _pod([client.V1PodResourceClaimStatus(name="my-inline-claim", resource_claim_name="tester-1-my-inline-claim-abcde")])
+    pod.status.extended_resource_claim_status = extended
+    assert claim_names(pod) == ["tester-1-my-inline-claim-abcde", "tester-1-extended-resources-x7k2p"]
+    pod.spec.resource_claims = None
+    assert claim_names(pod) == ["tester-1-extended-resources-x7k2p"] and holds_claims(pod)
+    pod.status.extended_resource_claim_status = None
+    assert claim_names(pod) == [] and not holds_claims(pod)

@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from hostenv.processes import terminate
 from testbed.kubelet.process import OnDemand
-from testbed.kubelet.standin import PrepareError, StandInKubelet
+from testbed.kubelet.standin import PrepareError, StandInKubelet, holds_claims
 
 PREPARED_ANNOTATION = "dra-testbed.io/claims-prepared"
 FAILED_REASON = "FailedPrepareDynamicResources"  # the kubelet's event reason for a failed prepare
@@ -171,7 +171,7 @@ class KubeletDaemon:
         key = f"{pod.metadata.namespace}/{pod.metadata.name}"
         node = pod.spec.node_name
         kubelet = self.kubelets.get(node or "")
-        if kubelet is None or not pod.spec.resource_claims:
+        if kubelet is None or not holds_claims(pod):
             return
         finished = pod.metadata.deletion_timestamp is not None or (pod.status and pod.status.phase in ("Succeeded", "Failed"))
         state = self.pods.setdefault(key, _PodState())

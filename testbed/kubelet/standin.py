@@ -67,17 +67,9 @@ class StandInKubelet:
 
     def claims_of(self, api: client.ApiClient, pod) -> list[ClaimId]:
         """The pod's ResourceClaims allocated by this driver, as the DRA manager finds them."""
-        # resourceclaim.Name: a template's claim is named in the pod's status; an entry without a name says
-        # the pod needs no claim there (nothing to prepare), no entry says the claim is not generated yet
-        statuses = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
         resource = client.ResourceV1Api(api)
         out = []
-        for ref in pod.spec.resource_claims or []:
-            if not ref.resource_claim_name and ref.name in statuses and not statuses[ref.name]:
-                continue
-            name = ref.resource_claim_name or statuses.get(ref.name)
-            if not name:
-                raise PrepareError(f"pod {pod.metadata.namespace}/{pod.metadata.name}: claim {ref.name} has no ResourceClaim yet")
+        for name in claim_names(pod):
             claim = resource.read_namespaced_resource_claim(name, pod.metadata.namespace)
             allocation = claim.status.allocation if claim.status else None
             if allocation is None:
@@ -140,6 +132,35 @@ class StandInKubelet:
             del self.claims[uid]
             self.prepared.pop(uid, None)
         return done
+
+
+def claim_names(pod) -> list[str]:
+    """Names of the pod's ResourceClaims in the kubelet's order: its own, then the one the scheduler made for
+    its extended resources (DRAExtendedResource: `nvidia.com/gpu: 1` served by a DeviceClass); PrepareError
+    for a template's claim not generated yet."""
+    # resourceclaim.Name: a template's claim is named in the pod's status; an entry without a name says
+    # the pod needs no claim there (nothing to prepare), no entry says the claim is not generated yet
+    statuses = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
+    names = []
+    for ref in pod.spec.resource_claims or []:
+        if not ref.resource_claim_name and ref.name in statuses and not statuses[ref.name]:
+            continue
+        name = ref.resource_claim_name or statuses.get(ref.name)
+        if not name:
+            raise PrepareError(f"pod {pod.metadata.namespace}/{pod.metadata.name}: claim {ref.name} has no ResourceClaim yet")
+        names.append(name)
+    return names + ([extended] if (extended := extended_claim(pod)) else [])
+
+
+def extended_claim(pod) -> str | None:
+    """The claim the scheduler made for the pod's extended resources, if any."""
+    status = getattr(pod.status, "extended_resource_claim_status", None)  # kubernetes >= 34 has the field
+    return status.resource_claim_name if status is not None else None
+
+
+def holds_claims(pod) -> bool:
+    """Whether the kubelet must prepare something for the pod before it runs."""
+    return bool(pod.spec.resource_claims) or extended_claim(pod) is not None
 
 
 def choose_service(offered: list[str]) -> str | None:
