@@ -49,7 +49,7 @@ def _exec(node: str, *args: str, timeout: float = 60) -> str:
     return out.stdout
 
 
-def _read_if_present(node: str, path: str) -> str:
+def read_if_present(node: str, path: str) -> str:
     """The file's text, "" only when it does not exist (a failed read raises ExecError)."""
     return _exec(node, "sh", "-c", 'test ! -e "$1" || cat "$1"', "sh", path)
 
@@ -183,7 +183,7 @@ class KindTarget:
             worker = self.workers[node.name]
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / CHECKPOINT
-                text = _read_if_present(worker, f"/var/lib/kubelet/plugins/{self.driver}/{CHECKPOINT}")
+                text = read_if_present(worker, f"/var/lib/kubelet/plugins/{self.driver}/{CHECKPOINT}")
                 path.write_text(text)
                 checkpoint = read_checkpoint(path) if text else {}  # an empty file is corrupt: read_checkpoint raises
             cdi = _exec(worker, "sh", "-c", 'test ! -d /var/run/cdi || ls /var/run/cdi')

@@ -10,14 +10,13 @@ kwok-controller are supervised but never killed.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from fake_gpus.driver.kubeletplugin.server import CHECKPOINT
 from testbed.campaign.audit import NodeState, cdi_uids, read_checkpoint, read_instances
 from testbed.campaign.probes import all_of, ready_file_probe, url_probe
 from testbed.campaign.supervisor import Unit
-from testbed.clusters.kwok.driver import socket_root
+from testbed.clusters.kwok.driver import plugin_dir as kwok_plugin_dir
 from testbed.clusters.layout import Layout
 from testbed.kubelet.daemon import PREPARED_ANNOTATION
 from testbed.kubelet.process import KUBELET_PID, ON_DEMAND_DIR
@@ -35,11 +34,8 @@ class KwokTarget:
 
     # --- per node paths (as testbed.clusters.kwok.driver lays them out) ---
 
-    def _sockets(self, node: str) -> Path:
-        return socket_root(self.home) / hashlib.sha256(node.encode()).hexdigest()[:8]
-
     def plugin_dir(self, node: str) -> Path:
-        return self._sockets(node) / "plugin"
+        return kwok_plugin_dir(self.home, node)
 
     def cdi_dir(self, node: str) -> Path:
         return self.home / "plugins" / node / "cdi"

@@ -70,6 +70,12 @@ def socket_root(home: Path) -> Path:
     return Path(tempfile.gettempdir()) / "dra-testbed-ours" / digest
 
 
+def plugin_dir(home: Path, node: str) -> Path:
+    """Our plugin's directory for `node` (its DRA socket, checkpoint and call log), the kubelet's
+    /var/lib/kubelet/plugins/<driver> on a real node; its registry directory is beside it."""
+    return socket_root(home) / hashlib.sha256(node.encode()).hexdigest()[:8] / "plugin"
+
+
 class OurDriver(KwokDriver):
     """Our fake-GPU driver: one publisher process for the whole cluster, writing each node's slices with that
     node's own credential (the driver's service account, its token bound to the node); a kubelet plugin
@@ -99,7 +105,7 @@ class OurDriver(KwokDriver):
 
     def plugin(self, home: Path, kubeconfig: Path, node: NodeSpec) -> standin.OnDemand:
         """How the stand-in starts `node`'s plugin: its MIG mode is the node's."""
-        where = socket_root(home) / hashlib.sha256(node.name.encode()).hexdigest()[:8]
+        where = plugin_dir(home, node.name).parent
         mig = MIG_STATIC if node.mode.kind == "static-mig" else MIG_DYNAMIC
         files = home / "plugins" / node.name
         files.mkdir(parents=True, exist_ok=True)
