@@ -113,7 +113,10 @@ class Runner:
         for scenario, steps in SCENARIOS.items():
             for step in steps:
                 self.marks.append((time.monotonic(), scenario, f"{step.action} {step.pod}"))
-                self._create(step) if step.action == "create" else self._delete(step)
+                if step.action == "create":
+                    self._create(step)
+                else:
+                    self._delete(step)
                 self._quiet()
         return self.recording(parse_calls(self.read_log()))
 

@@ -10,15 +10,16 @@ normalised, must be equal but for the differences in ALLOWED, each the real kube
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
+import uuid
 
 import pytest
 
 from fake_gpus.driver.kubeletplugin.calllog import CALL_LOG_ENV
 from suites.kind.call_sequence import IDENTITY, SCENARIOS, Allowed, Recording, Runner, compare
-from suites.kind.pods import scratch_namespace
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import from_flags
+from testbed.namespaces import create_namespace
+from testbed.waiting import wait_for_all
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 
@@ -33,9 +34,16 @@ ALLOWED_REGISTRATION: tuple[Allowed, ...] = ()
 
 
 def _record(runner_bed, node: str, image: str, read_log) -> Recording:
-    """Run every scenario in a fresh namespace of `runner_bed`, deleted afterwards."""
-    with contextmanager(scratch_namespace)(runner_bed, "seq") as namespace:
+    """Run every scenario in a fresh namespace of `runner_bed`; returns once that namespace's pods are gone
+    again, also after a failure (a pod left holding a MIG device would fail the kind suite's next tests)."""
+    namespace = f"seq-{uuid.uuid4().hex[:8]}"
+    create_namespace(runner_bed.core, namespace)
+    try:
         return Runner(runner_bed, namespace, node, image, read_log).run()
+    finally:
+        runner_bed.core.delete_namespace(namespace, grace_period_seconds=0)
+        wait_for_all(runner_bed.core.list_namespaced_pod, lambda pods: not pods, namespace=namespace, timeout=180,
+                     what=f"the pods of namespace {namespace} gone")
 
 
 @pytest.fixture(scope="module")
