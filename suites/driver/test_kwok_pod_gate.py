@@ -24,7 +24,7 @@ from suites.driver.conftest import driver_cluster
 
 pytestmark = pytest.mark.cluster
 
-NODE = "gate-h100=h100-80gb:1:dynamic-mig"
+NODE = "gate-h100=h100-80gb:2:dynamic-mig"  # two GPUs: the claim's 1g.10gb on one, the legacy pod's GPU on the other
 
 
 
@@ -34,8 +34,8 @@ SMALL_MIG = {"deviceClassName": "mig.nvidia.com",
 
 
 def _pods(bed: TestBed, node: str, request: dict | None = None) -> str:
-    """A namespace with pod `claims` (one claim of `request`, default a 1g.10gb device) and pod `plain`
-    (none), both on `node`."""
+    """A namespace with pod `claims` (one claim of `request`, default a 1g.10gb device), pod `plain` (none)
+    and pod `legacy` (`nvidia.com/gpu: 1`: the scheduler's claim for it, DRAExtendedResource), all on `node`."""
     ns = f"g-{uuid.uuid4().hex[:8]}"
     create_namespace(bed.core, ns)
     bed.resource.create_namespaced_resource_claim_template(ns, {"metadata": {"name": "mig"}, "spec": {"spec": {"devices": {
@@ -45,6 +45,9 @@ def _pods(bed: TestBed, node: str, request: dict | None = None) -> str:
         bed.core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node}, "containers": [container],
             **({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "mig"}]} if claims else {})}})
+    bed.core.create_namespaced_pod(ns, {"metadata": {"name": "legacy"}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
     return ns
 
 
@@ -52,8 +55,8 @@ def _phase(bed: TestBed, ns: str, name: str) -> str:
     return bed.core.read_namespaced_pod(name, ns).status.phase
 
 
-def _failures(bed: TestBed, ns: str) -> list:
-    events = bed.core.list_namespaced_event(ns, field_selector="involvedObject.name=claims").items
+def _failures(bed: TestBed, ns: str, pod: str = "claims") -> list:
+    events = bed.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={pod}").items
     return [e for e in events if e.reason == FAILED_REASON and e.type == "Warning"]
 
 
@@ -62,8 +65,10 @@ def test_a_prepared_pod_runs_and_a_pod_without_claims_is_unaffected(testbed: Tes
     ns = _pods(testbed, node, {"deviceClassName": "gpu.nvidia.com"})
     until("the pod without claims Running", lambda: _phase(testbed, ns, "plain") == "Running")
     until("the claim pod Running", lambda: _phase(testbed, ns, "claims") == "Running")
-    pod = testbed.core.read_namespaced_pod("claims", ns)
-    assert (pod.metadata.annotations or {}).get(PREPARED_ANNOTATION) == "true", "Running without the stand-in's prepare"
+    until("the legacy pod Running", lambda: _phase(testbed, ns, "legacy") == "Running")
+    for name in ("claims", "legacy"):
+        pod = testbed.core.read_namespaced_pod(name, ns)
+        assert (pod.metadata.annotations or {}).get(PREPARED_ANNOTATION) == "true", f"{name} Running without the stand-in's prepare"
     assert not _failures(testbed, ns)
     assert (testbed.cluster.home / "plugins" / node / "plugin.log").is_file(), "our plugin was started on demand"
 
@@ -75,8 +80,12 @@ def test_a_failing_prepare_keeps_the_pod_pending_with_kubelet_events(bed) -> Non
         first = until("a FailedPrepareDynamicResources event", lambda: _failures(fb, ns))
         assert "prepare-fails" in first[0].message or "NodePrepareResources failed" in first[0].message, first[0].message
         until("a retry (a second event)", lambda: len(_failures(fb, ns)) >= 2)
-        assert _phase(fb, ns, "claims") == "Pending"
-        assert PREPARED_ANNOTATION not in (fb.core.read_namespaced_pod("claims", ns).metadata.annotations or {})
+        until("the legacy pod's claim (status.extendedResourceClaimStatus)",
+              lambda: fb.core.read_namespaced_pod("legacy", ns).status.extended_resource_claim_status is not None)
+        until("a retry (a second event) for the legacy pod", lambda: len(_failures(fb, ns, "legacy")) >= 2)
+        for name in ("claims", "legacy"):
+            assert _phase(fb, ns, name) == "Pending", name
+            assert PREPARED_ANNOTATION not in (fb.core.read_namespaced_pod(name, ns).metadata.annotations or {}), name
 
 
 def test_without_the_gate_the_failing_pod_would_run(bed, monkeypatch) -> None:
@@ -86,6 +95,7 @@ def test_without_the_gate_the_failing_pod_would_run(bed, monkeypatch) -> None:
         ns = _pods(fb, "gate-h100")
         until("a FailedPrepareDynamicResources event", lambda: _failures(fb, ns))
         until("the claim pod Running although its prepare failed", lambda: _phase(fb, ns, "claims") == "Running")
+        until("the legacy pod Running although its prepare failed", lambda: _phase(fb, ns, "legacy") == "Running")
 
 
 def test_a_bad_stages_choice_is_one_line() -> None:

@@ -5,9 +5,10 @@ kwokctl uses its default Stages (node-initialize, node-heartbeat-with-lease, pod
 pod-delete) only when the configuration names none, so ours must carry all of them. They are read from
 the kwok Go module of the pinned release (downloaded through the module proxy if the build did not
 leave it in the cache), never written out here. The change: `pod-ready` only takes pods without
-`.spec.resourceClaims`; `pod-ready-claims-prepared`, otherwise the same, takes pods with claims once
-the stand-in kubelet (testbed.kubelet) has marked them with PREPARED_ANNOTATION after
-NodePrepareResources succeeded for all of them. A pod whose prepare fails stays Pending, as on a kubelet.
+`.spec.resourceClaims` and without a claim for extended resources (`.status.extendedResourceClaimStatus`,
+a `nvidia.com/gpu` pod); `pod-ready-claims-prepared` and `pod-ready-extended-claim-prepared`, otherwise the
+same, take the others once the stand-in kubelet (testbed.kubelet) has marked them with PREPARED_ANNOTATION
+after NodePrepareResources succeeded for all their claims. A pod whose prepare fails stays Pending, as on a kubelet.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ MODULE = "sigs.k8s.io/kwok"
 DEFAULT_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
                   "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
 GATED_STAGE = "pod-ready-claims-prepared"
+GATED_EXTENDED_STAGE = "pod-ready-extended-claim-prepared"
+OWN_CLAIMS, EXTENDED_CLAIM = ".spec.resourceClaims", ".status.extendedResourceClaimStatus"  # DRAExtendedResource's claim
 # "kwok" leaves kwokctl's own Stages in place (pods Running at once, prepared or not): only for the test
 # that shows the gate is what keeps a pod with a failed prepare Pending
 STAGES_ENV = "DRA_TESTBED_KWOK_STAGES"
@@ -69,13 +72,19 @@ def gated_stages(version: str) -> list[dict]:
             out.append(stage)
             continue
         plain = copy.deepcopy(stage)
-        plain["spec"]["selector"]["matchExpressions"].append({"key": ".spec.resourceClaims", "operator": "DoesNotExist"})
-        gated = copy.deepcopy(stage)
-        gated["metadata"]["name"] = GATED_STAGE
-        gated["spec"]["selector"]["matchExpressions"] += [
-            {"key": ".spec.resourceClaims", "operator": "Exists"},
-            {"key": f'.metadata.annotations["{PREPARED_ANNOTATION}"]', "operator": "In", "values": ["true"]}]
-        out += [plain, gated]
+        plain["spec"]["selector"]["matchExpressions"] += [{"key": OWN_CLAIMS, "operator": "DoesNotExist"},
+                                                          {"key": EXTENDED_CLAIM, "operator": "DoesNotExist"}]
+        out.append(plain)
+        # two gated stages with disjoint selectors: one for pods with claims of their own, one for pods whose only
+        # claim is the scheduler's for their extended resources (set before binding, so seen with the node)
+        for name, holds in ((GATED_STAGE, [{"key": OWN_CLAIMS, "operator": "Exists"}]),
+                            (GATED_EXTENDED_STAGE, [{"key": OWN_CLAIMS, "operator": "DoesNotExist"},
+                                                    {"key": EXTENDED_CLAIM, "operator": "Exists"}])):
+            gated = copy.deepcopy(stage)
+            gated["metadata"]["name"] = name
+            gated["spec"]["selector"]["matchExpressions"] += [
+                *holds, {"key": f'.metadata.annotations["{PREPARED_ANNOTATION}"]', "operator": "In", "values": ["true"]}]
+            out.append(gated)
     return out
 
 
