@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kubernetes.client.exceptions import ApiException
-
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.kubeletplugin.calllog import Call, parse_calls
+from suites.kind.pods import claim_template
+from testbed.apiviews import ApiViews
 from testbed.kubelet.standin import extended_claim
-from testbed.waiting import wait_for
+from testbed.waiting import wait_for, wait_for_all
 
 IDENTITY = current_identity()
 TEMPLATE, SHARED = "one-1g", "shared"  # a 1g.10gb MIG device per claim, made from the template / one claim for all
@@ -69,14 +69,11 @@ class Recording:
     scenarios: dict[str, list[Normalised]]
 
 
-def templates(namespace: str) -> list[dict]:
+def templates() -> list[dict]:
     """The claim template and the shared claim every scenario draws from."""
-    request = {"name": "gpu", "exactly": {"deviceClassName": IDENTITY.mig_class,
-                                          "selectors": [{"cel": {"expression": f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'"}}]}}
-    spec = {"devices": {"requests": [request]}}
-    return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": TEMPLATE, "namespace": namespace},
-             "spec": {"spec": spec}},
-            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": SHARED, "namespace": namespace}, "spec": spec}]
+    template = claim_template(TEMPLATE, IDENTITY.mig_class, f"device.attributes['{IDENTITY.driver}'].profile == '1g.10gb'")
+    shared = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": SHARED}, "spec": template["spec"]["spec"]}
+    return [template, shared]
 
 
 def pod_manifest(step: Step, node: str, image: str) -> dict:
@@ -98,7 +95,7 @@ class Runner:
     """Runs the scenarios on one bed: `api` (ApiViews), the pods' `node`, their `image`, and `read_log`
     returning the plugin's call log as text."""
 
-    api: object
+    api: ApiViews
     namespace: str
     node: str
     image: str
@@ -108,7 +105,7 @@ class Runner:
     marks: list[tuple[float, str, str]] = field(default_factory=list)  # (start, scenario, step)
 
     def run(self) -> Recording:
-        for manifest in templates(self.namespace):
+        for manifest in templates():
             self._create_claim_object(manifest)
         for scenario, steps in SCENARIOS.items():
             for step in steps:
@@ -144,31 +141,19 @@ class Runner:
     def _delete(self, step: Step) -> None:
         since = time.monotonic()
         self.api.core.delete_namespaced_pod(step.pod, self.namespace, grace_period_seconds=0 if step.force else None)
-        deadline = since + TIMEOUT
-        while self._exists(step.pod):
-            assert time.monotonic() < deadline, f"pod {step.pod} not gone after {TIMEOUT:.0f} s"
-            time.sleep(0.5)
-        last = []
-        for name, pods in self.users.items():
+        wait_for_all(self.api.core.list_namespaced_pod, lambda pods: not pods, name=step.pod, namespace=self.namespace,
+                     what=f"pod {step.pod} gone", timeout=TIMEOUT)
+        for pods in self.users.values():
             pods.discard(step.pod)
-            if not pods:
-                last.append(name)
+        last = [name for name, pods in self.users.items() if not pods]
         for name in last:
             del self.users[name]
         # the claims this pod was the last user of are unprepared on either kubelet; waiting for that keeps
         # a late call out of the next step (a call that never comes fails here)
+        deadline = since + TIMEOUT
         while not all(self._unprepared(name, since) for name in last):
             assert time.monotonic() < deadline, f"claims {last} of pod {step.pod} not unprepared after {TIMEOUT:.0f} s"
             time.sleep(0.5)
-
-    def _exists(self, pod: str) -> bool:
-        try:
-            self.api.core.read_namespaced_pod(pod, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
 
     def _unprepared(self, name: str, since: float) -> bool:
         return any(c.method == "NodeUnprepareResources" and c.t >= since and (self.namespace, name) in {(ns, n) for ns, n, _ in c.claims}
