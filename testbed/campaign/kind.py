@@ -62,7 +62,7 @@ def operator_kubeconfig(cluster) -> Path:
     (seen as harness:ForbiddenException in 4 of the first 6 seeds on kind). system:masters is authorized
     before RBAC is asked. The harness is the cluster's operator, not the subject: the driver's own
     credentials still go through RBAC."""
-    text = _read_if_present(f"{cluster.kind_name}-control-plane", SUPER_ADMIN)
+    text = read_if_present(f"{cluster.kind_name}-control-plane", SUPER_ADMIN)
     if not text:
         raise ExecError(f"{cluster.kind_name}-control-plane has no {SUPER_ADMIN}")
     conf = yaml.safe_load(text)
