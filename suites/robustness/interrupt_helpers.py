@@ -39,7 +39,7 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _default_signals() -> None:
+def default_signals() -> None:
     """The run starts as from a terminal: a runner that ignores SIGHUP (nohup, some CI agents) must not
     hand that to the run, where the CLI rightly keeps an ignored signal ignored and the test would wait."""
     for signum in SIGNALS:
@@ -53,7 +53,7 @@ def interrupt_at(args: list[str], state: Path, phase: Phase, signum: int, timeou
     (exit code, stderr, the ports `ports_of(state)` found while it ran)."""
     env = dict(os.environ, DRA_TESTBED_STATE=str(state), PYTHONPATH=str(cwd), PYTHONFAULTHANDLER="1", **(env or {}))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                            preexec_fn=_default_signals)
+                            preexec_fn=default_signals)
     err: list[str] = []
     out: list[str] = []  # read too: a run blocked writing to a full pipe would look like a hang of its own
     readers = [threading.Thread(target=into.extend, args=(stream,), daemon=True) for into, stream in ((err, proc.stderr), (out, proc.stdout))]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from suites.robustness.interrupt_helpers import default_signals
 from testbed import interrupts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,8 +79,10 @@ RUN = """
 
 
 def run_script(script: str) -> subprocess.CompletedProcess:
+    # default dispositions: a runner that ignores SIGHUP (nohup) would hand that on, and the handlers rightly
+    # keep an ignored signal ignored (a CI run under nohup failed the SIGHUP cases so)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), preexec_fn=default_signals)
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
@@ -164,6 +167,7 @@ def test_a_sigterm_in_a_finalizer_during_a_session_fixture_ends_the_session(tmp_
     (tmp_path / "test_finalized.py").write_text(textwrap.dedent(SESSION_TEST))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
                           "--rootdir", str(tmp_path), str(tmp_path / "test_finalized.py")],
-                         capture_output=True, text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                         capture_output=True, text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         preexec_fn=default_signals)
     assert not (tmp_path / "in-test").exists(), out.stdout[-2000:]
     assert out.returncode != 0, out.stdout[-2000:]
