@@ -30,11 +30,18 @@ def alive(pid: int) -> bool:
     return not _zombie(pid)
 
 
-def _zombie(pid: int) -> bool:
+def stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state, ppid, pgrp, ...), None when it cannot be read
+    (the command name may hold spaces and parentheses: the fields start after its last ')')."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def _zombie(pid: int) -> bool:
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def terminate(pid: int, grace: float = 5.0, killed_wait: float = 30.0) -> None:
@@ -64,11 +71,8 @@ def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of process group `pgid`, from /proc."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":  # state, ppid, pgrp
+        fields = stat_fields(stat.parent.name)
+        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":  # state, ppid, pgrp
             members.append(int(stat.parent.name))
     return members
 

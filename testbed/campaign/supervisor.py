@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from hostenv.processes import alive
+from hostenv.processes import alive, stat_fields
 from testbed.campaign.outages import Outages
 
 
@@ -66,19 +66,17 @@ def running(pid: int) -> bool:
     """Alive and not a zombie (a killed component reparented to an init that is slow to reap)."""
     if not alive(pid):
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def start_of(pid: int) -> int | None:
     """When the process of that pid started (clock ticks after boot, /proc/<pid>/stat's 22nd field); None when
     there is none. With the pid it names one process: a pid reused by another process has another start."""
+    fields = stat_fields(pid)
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
+        return int(fields[19]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 
