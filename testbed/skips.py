@@ -1,26 +1,38 @@
 """pytest plugin: a skip fails the run unless a committed allowlist names the test and says why.
 
 The allowlist (default: suites/skips.yaml under the rootdir; --skip-allowlist PATH) is a YAML list of
-`{test: NODEID-GLOB, reason: WHY}`. A silent skip in CI would read as a pass; this makes every skip a
-decision someone wrote down.
+`{test: NODEID-GLOB, reason: WHY}`, each optionally with `when: CONDITION` (a name in CONDITIONS): such an
+entry allows the skip only on a machine where the condition holds, so a root CI that skips a test needing
+root still fails. A silent skip in CI would read as a pass; this makes every skip a decision someone wrote down.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
 
 DEFAULT_ALLOWLIST = Path("suites") / "skips.yaml"
+# `when` names -> whether it holds on this machine, asked when a skip is matched
+CONDITIONS: dict[str, Callable[[], bool]] = {
+    "not root": lambda: os.geteuid() != 0,
+}
 
 
 @dataclass(frozen=True)
 class AllowedSkip:
     test: str  # fnmatch pattern over the node id
     reason: str
+    when: str | None = None  # a CONDITIONS name: the skip is allowed only where it holds; None: anywhere
+
+    def allows(self, nodeid: str) -> bool:
+        """Whether this entry allows a skip of `nodeid` on this machine."""
+        return fnmatchcase(nodeid, self.test) and (self.when is None or CONDITIONS[self.when]())
 
 
 def load_allowlist(path: Path) -> list[AllowedSkip]:
@@ -37,7 +49,10 @@ def load_allowlist(path: Path) -> list[AllowedSkip]:
     for index, entry in enumerate(data):
         if not (isinstance(entry, dict) and isinstance(entry.get("test"), str) and str(entry.get("reason") or "").strip()):
             raise pytest.UsageError(f"{path}: entry {index + 1} needs a `test` pattern and a non-empty `reason`")
-        entries.append(AllowedSkip(entry["test"], str(entry["reason"]).strip()))
+        when = entry.get("when")
+        if when is not None and when not in CONDITIONS:
+            raise pytest.UsageError(f"{path}: entry {index + 1}: unknown `when` {when!r}; valid: {', '.join(map(repr, CONDITIONS))}")
+        entries.append(AllowedSkip(entry["test"], str(entry["reason"]).strip(), when))
     return entries
 
 
@@ -54,7 +69,7 @@ class SkipGuard:
         self.unlisted: list[tuple[str, str]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.skipped and not hasattr(report, "wasxfail") and not any(fnmatchcase(report.nodeid, e.test) for e in self.allowed):
+        if report.skipped and not hasattr(report, "wasxfail") and not any(e.allows(report.nodeid) for e in self.allowed):
             self.unlisted.append((report.nodeid, _reason(report)))
 
     @pytest.hookimpl(trylast=True)

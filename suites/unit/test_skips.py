@@ -26,8 +26,11 @@ def test_expected_failure():
 '''
 
 
-def _run(tmp_path: Path, allowed: list[dict] | None) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, allowed: list[dict] | None, euid: int | None = None) -> subprocess.CompletedProcess:
+    """The sample under the guard with `allowed` as its allowlist; `euid`: the user id the run sees itself as."""
     (tmp_path / "test_sample.py").write_text(SAMPLE)
+    if euid is not None:  # before any test runs, so the guard asks the patched one
+        (tmp_path / "conftest.py").write_text(f"import os\nos.geteuid = lambda: {euid}\n")
     allowlist = tmp_path / "skips.yaml"
     if allowed is not None:
         allowlist.write_text(yaml.safe_dump(allowed))
@@ -45,6 +48,20 @@ def test_an_unlisted_skip_fails_the_run(tmp_path: Path) -> None:
 def test_a_listed_skip_passes(tmp_path: Path) -> None:
     run = _run(tmp_path, [{"test": "test_sample.py::test_skipped_*", "reason": "the sample layout has no MIG node"}])
     assert run.returncode == 0, run.stdout
+
+
+def test_an_entry_for_machines_without_root_allows_the_skip_only_there(tmp_path: Path) -> None:
+    entry = {"test": "test_sample.py::test_skipped_on_purpose", "reason": "mounting needs root", "when": "not root"}
+    assert _run(tmp_path, [entry], euid=1000).returncode == 0
+    as_root = _run(tmp_path, [entry], euid=0)  # CI runs as root: there a skip of that test fails the run
+    assert as_root.returncode == 1, as_root.stdout
+    assert "test_sample.py::test_skipped_on_purpose: no MIG node in this layout" in as_root.stdout
+
+
+def test_an_entry_with_an_unknown_condition_is_refused_in_one_line(tmp_path: Path) -> None:
+    run = _run(tmp_path, [{"test": "test_sample.py::test_skipped_on_purpose", "reason": "why not", "when": "rootless"}])
+    assert run.returncode == 4, run.stdout + run.stderr  # pytest's usage error
+    assert "entry 1: unknown `when` 'rootless'; valid: 'not root'" in run.stderr
 
 
 def test_an_entry_without_a_reason_is_refused_in_one_line(tmp_path: Path) -> None:
