@@ -12,7 +12,6 @@ and relies on device nodes; ours also names the device for plain processes, see 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from fake_gpus.nvml.build import ensure_library
 from hostenv.processes import terminate
 from testbed.cdi_view import container_view, read_specs
 from testbed.clusters.driver import DriverSpec
-from testbed.clusters.kwok.driver import OurDriver
+from testbed.clusters.kwok.driver import OurDriver, remove_plugin_dirs
 from testbed.clusters.layout import NodeSpec, parse_mode
 from testbed.kubelet.standin import StandInKubelet
 from testbed.nvidia import plugin
@@ -75,7 +74,7 @@ def test_our_cdi_spec_gives_a_container_what_nvidias_gives(testbed, namespace, n
         ours = _views(testbed, node.node, registry, home / "plugins" / node.node / "cdi", pods)
     finally:
         terminate(ours_proc.pid, 30)
-        shutil.rmtree(registry.parent, ignore_errors=True)
+        remove_plugin_dirs(home, node.node)  # and the socket root, which rmtree(registry.parent) left empty in /tmp
     assert not state.validate_state_dir(node.views.state_dir)[1].gpu_instances, "a MIG instance outlived its claim"
 
     fake_nvml = {str(ensure_library()), str(node.views.state_dir.resolve())}  # our fake library's own plumbing

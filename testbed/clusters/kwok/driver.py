@@ -9,6 +9,7 @@ would. A vendor's kubelet-plugin binary (a process per node) plugs in as another
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import importlib
 import shutil
@@ -74,6 +75,15 @@ def plugin_dir(home: Path, node: str) -> Path:
     """Our plugin's directory for `node` (its DRA socket, checkpoint and call log), the kubelet's
     /var/lib/kubelet/plugins/<driver> on a real node; its registry directory is beside it."""
     return socket_root(home) / hashlib.sha256(node.encode()).hexdigest()[:8] / "plugin"
+
+
+def remove_plugin_dirs(home: Path, node: str) -> None:
+    """Remove `node`'s plugin and registry directories (its plugin stopped), and the socket root with them once
+    no node's are left: it is in the shared temporary directory, which nothing else cleans up."""
+    where = plugin_dir(home, node).parent
+    shutil.rmtree(where, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another node's directories are still there (or it is gone already)
+        where.parent.rmdir()
 
 
 class OurDriver(KwokDriver):

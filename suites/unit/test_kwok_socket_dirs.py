@@ -1,0 +1,41 @@
+"""Our plugins' socket directories (testbed.clusters.kwok.driver) live in the shared temporary directory, outside
+the cluster's home: removing a node's must not leave the cluster's socket root behind, empty, in /tmp."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from testbed.clusters.kwok.driver import plugin_dir, remove_plugin_dirs, socket_root
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cluster home whose socket root is under tmp_path, not the machine's /tmp."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return tmp_path / "home"
+
+
+def _plugin_ran(home: Path, node: str) -> None:
+    """The directories a plugin of `node` makes at start, with a file in each (its socket, its checkpoint)."""
+    for where in (plugin_dir(home, node), plugin_dir(home, node).with_name("registry")):
+        where.mkdir(parents=True)
+        (where / "file").write_text("x")
+
+
+def test_removing_the_last_nodes_plugin_dirs_removes_the_socket_root(home: Path) -> None:
+    _plugin_ran(home, "gpu-0")
+    _plugin_ran(home, "gpu-1")
+    remove_plugin_dirs(home, "gpu-0")
+    assert not plugin_dir(home, "gpu-0").parent.exists() and plugin_dir(home, "gpu-1").is_dir()  # gpu-1's untouched
+    remove_plugin_dirs(home, "gpu-1")
+    assert not socket_root(home).exists() and socket_root(home).parent.is_dir()  # dra-testbed-ours is shared
+
+
+def test_removing_a_node_that_has_none_is_a_no_op(home: Path) -> None:
+    remove_plugin_dirs(home, "gpu-0")
+    _plugin_ran(home, "gpu-1")
+    remove_plugin_dirs(home, "gpu-0")
+    assert plugin_dir(home, "gpu-1").is_dir()
