@@ -225,14 +225,19 @@ def test_cdi_file_names_give_claim_uids() -> None:
     assert cdi_uids(["k8s.gpu.nvidia.com_device-claim_1234-ab.json", "other.json", "k8s.x_device-claim_9.json.tmp"]) == ["1234-ab"]
 
 
-def test_a_killed_unit_is_back_only_once_its_probe_says_it_serves(tmp_path: Path) -> None:
-    pid_file = tmp_path / "unit.pid"
+def _adopted_sleeper(pid_file: Path, name: str) -> tuple[subprocess.Popen, Unit]:
+    """A process sleeping 600 s, its pid in `pid_file`, adopted as unit `name` once exec'd (a command line to adopt)."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     pid_file.write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + 60
     while not Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.05)  # exec'd: a command line to adopt
-    unit = Unit.adopt("slow-starter", "test", pid_file)
+        time.sleep(0.05)
+    return proc, Unit.adopt(name, "test", pid_file)
+
+
+def test_a_killed_unit_is_back_only_once_its_probe_says_it_serves(tmp_path: Path) -> None:
+    pid_file = tmp_path / "unit.pid"
+    proc, unit = _adopted_sleeper(pid_file, "slow-starter")
     serving = threading.Event()
     unit.ready = serving.is_set  # what /readyz would say: the new process runs well before it serves
     try:
@@ -384,6 +389,26 @@ def test_a_kill_spares_a_process_that_got_the_pid_of_a_unit_already_gone(tmp_pat
         terminate(proc.pid)
 
 
+def test_an_adopted_unit_whose_pid_another_process_got_is_not_running_and_is_restarted(tmp_path: Path) -> None:
+    # is_running() trusted the pid alone: an adopted unit that exited, its pid reused by an unrelated process, looked
+    # running and was never restarted. It must be the process first seen at that pid (its start time).
+    pid_file = tmp_path / "unit.pid"
+    other, unit = _adopted_sleeper(pid_file, "sleeper")
+    try:
+        assert unit.is_running() and unit.started is not None
+        unit.started -= 1  # the process adopted started a tick before the one at its pid now: it exited, `other` got the pid
+        assert not unit.is_running()
+        with Supervisor([unit], delay=0.1, period=0.05):
+            deadline = time.monotonic() + 30
+            while unit.restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert unit.restarts == 1 and unit.crashes == 1 and unit.pid != other.pid and unit.is_running()
+        assert int(pid_file.read_text()) == unit.pid and other.poll() is None  # the unrelated process is left alone
+    finally:
+        terminate(unit.pid)
+        terminate(other.pid)
+
+
 def test_a_unit_that_cannot_be_restarted_leaves_the_others_supervised(tmp_path: Path) -> None:
     # an exception in one unit's restart (Popen failing) used to end the supervisor's thread: no unit was restarted
     # again, and the reason was only a thread traceback on stderr
@@ -391,12 +416,7 @@ def test_a_unit_that_cannot_be_restarted_leaves_the_others_supervised(tmp_path: 
     gone.wait()
     broken = Unit("broken", "test", tmp_path / "broken.pid", [str(tmp_path / "no-such-binary")], str(tmp_path), {}, None, gone.pid)
     pid_file = tmp_path / "sleeper.pid"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-    pid_file.write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + 60
-    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    sleeper = Unit.adopt("sleeper", "test", pid_file)
+    proc, sleeper = _adopted_sleeper(pid_file, "sleeper")
     try:
         with Supervisor([broken, sleeper], delay=0.1, period=0.05) as supervisor:
             supervisor.kill("sleeper")

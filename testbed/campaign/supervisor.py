@@ -80,6 +80,11 @@ def start_of(pid: int) -> int | None:
         return None
 
 
+def same_process(pid: int, started: int | None) -> bool:
+    """Whether `pid` still names the process whose start was `started` (None: not known, taken as yes)."""
+    return started is None or start_of(pid) == started
+
+
 def last_error(log: str | None, tail: int = 8192) -> str:
     """The last error line (klog E/F, or one saying error) of a log file; '' when none or no log."""
     if not log:
@@ -148,6 +153,7 @@ class Unit:
         self.pid_file.write_text(f"{self.pid}\n")
 
     def is_running(self) -> bool:
+        """Whether the unit's process runs: the one first seen at its pid, not another that got the pid since."""
         if self.external:
             try:
                 pid = int(self.pid_file.read_text().strip())
@@ -155,10 +161,15 @@ class Unit:
                 return True  # not started (on demand): nothing to wait for
             if pid != self.pid:  # a new process of the unit: the one `kill` may kill from now on
                 self.pid, self.started = pid, start_of(pid)
-            return running(self.pid)
+            return self._seen_running()
         if self.proc is not None:
             return self.proc.poll() is None
-        return running(self.pid)
+        return self._seen_running()
+
+    def _seen_running(self) -> bool:
+        """`pid` runs and is the process seen there (its start is `started`): an adopted unit that exited and whose
+        pid an unrelated process got is not running, and gets restarted."""
+        return running(self.pid) and same_process(self.pid, self.started)
 
     @classmethod
     def watched(cls, name: str, kind: str, pid_file: Path) -> Unit:
@@ -203,7 +214,7 @@ class Supervisor:
             unit.is_running()  # an external unit's current pid
             if unit.external and unit.pid < 0:
                 return unit  # not started yet: nothing to kill
-            if unit.started is not None and start_of(unit.pid) != unit.started:
+            if not same_process(unit.pid, unit.started):
                 return unit  # gone: what runs at its pid is someone else
             unit.killed_at, unit.killed_pid, unit.restarted = time.monotonic(), unit.pid, False
             self.outages.down(name, unit.killed_at)
