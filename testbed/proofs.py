@@ -1,8 +1,10 @@
 """pytest plugin: what a run proved, as a short table at its end and as an HTML report (the report style).
 
-A test says what it proved with pytest's own `record_property`: `claim` (what was asked, e.g. "1 GPU with
-memory >= 100Gi") and `landed` (where it went, e.g. "b200-0 gpu-3 (NVIDIA B200)"). The same properties go
-into the junit XML (`--junitxml`). The scenario is the first line of the test's docstring, else its name.
+A test says what it proved with the `record_proof` fixture: `claim` (what was asked, e.g. "1 GPU with memory
+>= 100Gi") and `landed` (where it went, e.g. "b200-0 gpu-3 (NVIDIA B200)"). The junit XML (`--junitxml`) gets
+them as properties of the test suite, `<nodeid>::claim` and `<nodeid>::landed`: pytest's `record_property` puts
+them in the <testcase>, which junit_family xunit2 (pytest's default) does not allow, and warns at each call.
+The scenario is the first line of the test's docstring, else its name.
 
 Use: `pytest -p testbed.proofs [--proof-report reports/e2e/report.html]`.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from rich.console import Console
@@ -20,6 +23,23 @@ from rich.table import Table
 from testbed.templates import render_html
 
 VERDICT_STYLE = {"pass": "green", "fail": "red", "error": "red", "skip": "yellow"}
+COLUMNS = ("claim", "landed")  # what a test may record of what it proved
+PROVED = pytest.StashKey[dict[str, str]]()  # on the test item: column -> value
+
+
+@pytest.fixture
+def record_proof(request: pytest.FixtureRequest,
+                 record_testsuite_property: Callable[[str, object], None]) -> Callable[[str, object], None]:
+    """record_proof(column, value): `claim` or `landed` of the calling test, for the table, the HTML report and
+    the junit XML (a test suite property `<nodeid>::<column>`, which xunit2 allows)."""
+
+    def record(column: str, value: object) -> None:
+        if column not in COLUMNS:
+            raise ValueError(f"record_proof: unknown column {column!r}; valid: {', '.join(COLUMNS)}")
+        request.node.stash.setdefault(PROVED, {})[column] = str(value)
+        record_testsuite_property(f"{request.node.nodeid}::{column}", str(value))
+
+    return record
 
 
 @dataclass
@@ -58,7 +78,7 @@ class Proofs:
         report = outcome.get_result()
         row = self.rows.setdefault(item.nodeid, Proof(item.nodeid, scenario_of(item)))
         row.seconds += report.duration
-        properties = dict(item.user_properties)
+        properties = {**dict(item.user_properties), **item.stash.get(PROVED, {})}  # a record_property (xunit1) too
         row.claim = str(properties.get("claim", row.claim))
         row.landed = str(properties.get("landed", row.landed))
         if report.skipped:

@@ -24,6 +24,7 @@ from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
 from testbed.namespaces import create_namespace
+from testbed.proofs import record_proof  # noqa: F401 - the fixture, for every suite (the table needs -p testbed.proofs)
 
 SESSION_LABEL = "dra-testbed-e2e"  # the session bed's name, before the suffix
 DEFAULT_LAYOUT = Path(__file__).resolve().parent.parent / "clusters" / "layouts" / "mixed-h100-b200.yaml"

@@ -29,7 +29,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("example", sorted(EXPECTED))
-def test_example(example: str, testbed: TestBed, record_property) -> None:
+def test_example(example: str, testbed: TestBed, record_proof) -> None:
     result = run_manifests(testbed.api, load([EXAMPLES / example]), fleet="mixed-h100-b200")
     assert result.settled
     landed = []
@@ -45,8 +45,8 @@ def test_example(example: str, testbed: TestBed, record_property) -> None:
         landed.append(f"{names[id(pod)]}: {pod.node} {','.join(a.device for a in pod.allocations)}")
     assert result.ok
     claims = [m.body for m in load([EXAMPLES / example]) if m.kind in ("ResourceClaimTemplate", "ResourceClaim")]
-    record_property("claim", "; ".join(_asked(c) for c in claims) or "nvidia.com/gpu: 1 (device-plugin style)")
-    record_property("landed", "; ".join(landed))
+    record_proof("claim", "; ".join(_asked(c) for c in claims) or "nvidia.com/gpu: 1 (device-plugin style)")
+    record_proof("landed", "; ".join(landed))
 
 
 def _asked(claim: dict) -> str:

@@ -73,7 +73,7 @@ def nodes_with(bed: TestBed, predicate) -> dict[str, int]:
     return {n.name: n.count for n in bed.layout.nodes if predicate(get_board(n.board))}
 
 
-def test_claim_for_100gi_gpu_lands_on_the_b200_node(testbed: TestBed, namespace: str, record_property) -> None:
+def test_claim_for_100gi_gpu_lands_on_the_b200_node(testbed: TestBed, namespace: str, record_proof) -> None:
     # setup: which nodes carry a GPU of at least 100 GiB, according to the catalog
     big = nodes_with(testbed, lambda b: b.memory_mib >= 100 * GIB_MIB)
     small = nodes_with(testbed, lambda b: b.memory_mib < 100 * GIB_MIB)
@@ -91,11 +91,11 @@ def test_claim_for_100gi_gpu_lands_on_the_b200_node(testbed: TestBed, namespace:
     assert claim.status.reserved_for[0].name == pod_name
     node_slice = next(s for s in testbed.resource.list_resource_slice().items if s.spec.node_name == pod.spec.node_name)
     assert results[0].device in {d.name for d in node_slice.spec.devices}
-    record_property("claim", "1 GPU, memory >= 100Gi")
-    record_property("landed", f"{pod.spec.node_name} {results[0].device} ({testbed.layout.node(pod.spec.node_name).board})")
+    record_proof("claim", "1 GPU, memory >= 100Gi")
+    record_proof("landed", f"{pod.spec.node_name} {results[0].device} ({testbed.layout.node(pod.spec.node_name).board})")
 
 
-def test_claim_for_more_h100s_than_a_node_has_stays_pending(testbed: TestBed, namespace: str, record_property) -> None:
+def test_claim_for_more_h100s_than_a_node_has_stays_pending(testbed: TestBed, namespace: str, record_proof) -> None:
     h100 = get_board("h100-80gb")
     nodes = nodes_with(testbed, lambda b: b.key == h100.key)
     assert nodes, "the layout must have H100 nodes"
@@ -108,11 +108,11 @@ def test_claim_for_more_h100s_than_a_node_has_stays_pending(testbed: TestBed, na
     assert "cannot allocate all claims" in message, message
     claim = claim_of(testbed, namespace, pod_name)
     assert claim.status.allocation is None
-    record_property("claim", f"{too_many} x {h100.product_name} in one claim")
-    record_property("landed", "pending: " + message.split(".")[0])
+    record_proof("claim", f"{too_many} x {h100.product_name} in one claim")
+    record_proof("landed", "pending: " + message.split(".")[0])
 
 
-def test_deleting_a_pod_frees_its_devices_for_the_next(testbed: TestBed, namespace: str, record_property) -> None:
+def test_deleting_a_pod_frees_its_devices_for_the_next(testbed: TestBed, namespace: str, record_proof) -> None:
     big = nodes_with(testbed, lambda b: b.memory_mib >= 100 * GIB_MIB)
     assert len(big) == 1, "this check needs exactly one node with GPUs of 100 GiB or more"
     (node, count), = big.items()
@@ -127,5 +127,5 @@ def test_deleting_a_pod_frees_its_devices_for_the_next(testbed: TestBed, namespa
     assert pod.spec.node_name == node
     claim = claim_of(testbed, namespace, second)
     assert claim.status.allocation.devices.results[0].pool == node
-    record_property("claim", f"{count} GPUs >= 100Gi, then 1 more once they are freed")
-    record_property("landed", f"second pod on {node} after the first was deleted")
+    record_proof("claim", f"{count} GPUs >= 100Gi, then 1 more once they are freed")
+    record_proof("landed", f"second pod on {node} after the first was deleted")
