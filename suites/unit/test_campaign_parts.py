@@ -564,13 +564,19 @@ def test_both_backends_supervisions_and_units_are_what_the_campaign_reads() -> N
     assert kind_unit.exit_reasons == []  # the kubelet restarts what exits: nothing read here
 
 
-def test_the_benchmark_refuses_bad_settings_in_one_line_before_any_cluster(capsys, monkeypatch) -> None:
+def _benchmark():
+    """benchmarks/fault_campaign.py as a module (the benchmarks are scripts, not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fault_campaign", Path(__file__).resolve().parents[2] / "benchmarks" / "fault_campaign.py")
     assert spec and spec.loader
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_benchmark_refuses_bad_settings_in_one_line_before_any_cluster(capsys, monkeypatch) -> None:
+    bench = _benchmark()
 
     def no_cluster(*args, **kwargs):
         raise AssertionError("bad settings reached the cluster")  # never a bed from a unit test, refused or not
@@ -578,7 +584,8 @@ def test_the_benchmark_refuses_bad_settings_in_one_line_before_any_cluster(capsy
     monkeypatch.setattr(bench, "campaign_cluster", no_cluster)
     monkeypatch.setattr(bench.interrupts, "install", lambda: False)  # nor the process's signal handlers
     for argv, says in ((["--interval", "4,inf"], "finite"), (["--examples", "0"], "--examples"),
-                       (["--steps", "0"], "--steps"), (["--k8s", "1.99"], "unknown Kubernetes minor")):
+                       (["--steps", "0"], "--steps"), (["--k8s", "1.99"], "unknown Kubernetes minor"),
+                       (["--backend", "kind", "--restart-backoff", "0"], "1 to 300 seconds")):
         with pytest.raises(SystemExit) as exit_:
             bench.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
@@ -680,15 +687,11 @@ def test_a_failed_final_leak_check_keeps_the_run_and_fails_it() -> None:
 
 def test_the_benchmark_writes_each_run_as_it_ends(tmp_path: Path, monkeypatch) -> None:
     # campaign.json was written after all runs: an exception or Ctrl-C in a fault run lost the clean runs too
-    import importlib.util
     from contextlib import contextmanager
 
     from testbed.campaign.run import CampaignResult
 
-    spec = importlib.util.spec_from_file_location("fault_campaign", Path(__file__).resolve().parents[2] / "benchmarks" / "fault_campaign.py")
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark()
 
     class _Session:
         def __init__(self) -> None:
@@ -709,6 +712,27 @@ def test_the_benchmark_writes_each_run_as_it_ends(tmp_path: Path, monkeypatch) -
     with pytest.raises(KeyboardInterrupt):
         bench.main(["--kills", "3", "--report", str(tmp_path / "r")])
     assert list(json.loads((tmp_path / "r" / "campaign.json").read_text())) == ["kills"]
+
+
+def test_the_benchmark_caps_the_kind_kubelets_restart_back_off(tmp_path: Path, monkeypatch) -> None:
+    # at the kubelet's default back-off (up to 5 min per container) 100 kills on kind took hours; KWOK has no kubelet
+    from contextlib import contextmanager
+
+    bench = _benchmark()
+    asked: list[dict] = []
+
+    @contextmanager
+    def stand_in(*args, **kwargs):
+        asked.append(kwargs)
+        raise KeyboardInterrupt  # the bed's settings are all this test reads
+        yield
+
+    monkeypatch.setattr(bench, "campaign_cluster", stand_in)
+    monkeypatch.setattr(bench.interrupts, "install", lambda: False)
+    for argv in (["--backend", "kind"], ["--backend", "kind", "--restart-backoff", "300"], ["--backend", "kwok"]):
+        with pytest.raises(KeyboardInterrupt):
+            bench.main([*argv, "--report", str(tmp_path / "r")])
+    assert [a.get("restart_backoff_max") for a in asked] == [10, 300, None]
 
 
 def test_a_double_allocation_is_known_by_its_kind_not_its_wording() -> None:

@@ -15,9 +15,12 @@ from testbed.clusters.registry import cluster_for
 
 
 @contextmanager
-def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str, k8s: str, **campaign_args) -> Iterator[Session]:
+def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str, k8s: str, restart_backoff_max: float | None = None,
+                     **campaign_args) -> Iterator[Session]:
+    """`restart_backoff_max` caps the kind kubelets' crash-loop back-off (None: the kubelet's 5 min)."""
     cluster = cluster_for(backend, f"campaign-{name}"[:40].rstrip("-"))
-    spec = ClusterSpec(name=cluster.name, k8s=k8s, layout=layout, driver=DriverSpec(env=fault_env(faults)))
+    spec = ClusterSpec(name=cluster.name, k8s=k8s, layout=layout, driver=DriverSpec(env=fault_env(faults)),
+                       restart_backoff_max=restart_backoff_max)
     try:
         cluster.create(spec, force=True)
     except ClusterStartError as exc:  # a loaded machine has been seen to lose a component during `up`: once more

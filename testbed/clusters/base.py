@@ -45,6 +45,9 @@ class ClusterSpec:
     binaries: dict[str, str] = field(default_factory=dict)
     driver: DriverSpec = field(default_factory=DriverSpec)
     allow_large: bool = False  # above a backend's sane size (nodes, GPUs): only when asked for explicitly
+    # kind: the kubelets' crash-loop back-off cap in seconds (1-300; KubeletCrashLoopBackOffMax). None keeps the
+    # kubelet's default of 5 min, which makes a long kill campaign wait minutes per kill
+    restart_backoff_max: float | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 # kind gives a new node container a fixed 30 s to reach systemd's multi-user target, then fails with this
 SLOW_BOOT = "could not find a log line that matches"
 CREATE_ATTEMPTS = 2
+BACKOFF_RANGE = (1, 300)  # seconds the kubelet accepts for crashLoopBackOff.maxContainerRestartPeriod
 MAX_WORKERS, MAX_GPUS = 8, 32  # a kubelet container each; beyond these only with --allow-large
 
 
@@ -110,7 +111,7 @@ class KindCluster(Cluster):
         path.write_text(render_template(
             "kind.yaml.j2", cluster_name=self.kind_name, feature_gates=feature_gates(spec.k8s),
             runtime_config=runtime_config(spec.k8s), apiserver_port=spec.apiserver_port,
-            pod_subnet=POD_SUBNET, nodes=[{"role": n.role, "labels": n.labels, "mounts": [asdict(m) for m in n.mounts]} for n in nodes],
+            pod_subnet=POD_SUBNET, restart_backoff_max=_backoff(spec.restart_backoff_max), nodes=[{"role": n.role, "labels": n.labels, "mounts": [asdict(m) for m in n.mounts]} for n in nodes],
         ))
         return path
 
@@ -118,6 +119,7 @@ class KindCluster(Cluster):
         if spec.layout is None:
             raise ClusterError("no layout: give --layout FILE or --node NAME=BOARD:COUNT:MODE")
         check_size(spec.layout, "kind", MAX_WORKERS, MAX_GPUS, spec.allow_large)  # each worker is a container
+        _backoff(spec.restart_backoff_max)  # refused before anything starts
         release = release_for(spec.k8s)
         driver = kind_driver(spec.driver)  # refuses a driver kind kind cannot run before anything starts
         try:
@@ -335,3 +337,13 @@ class KindCluster(Cluster):
                                  detail=f"apiserver unreachable ({type(exc).__name__}); node containers: {', '.join(containers) or 'none'}")
         return ClusterStatus(self.name, self.backend, True, kubeconfig, version, nodes, slices,
                              detail=f"node containers: {', '.join(containers)}")
+
+
+def _backoff(seconds: float | None) -> int | None:
+    """The kubelets' crash-loop back-off cap as whole seconds, None for the kubelet's default."""
+    if seconds is None:
+        return None
+    lo, hi = BACKOFF_RANGE
+    if not lo <= seconds <= hi or seconds != int(seconds):
+        raise ClusterError(f"restart back-off cap {seconds!r}: the kubelet takes whole seconds from {lo} to {hi}")
+    return int(seconds)
