@@ -4,7 +4,8 @@ Each board lives in ``boards/<key>.yaml``.  Every fact in a file carries a
 citation in a ``sources`` mapping beside it; a fact nobody could find is
 ``null`` with the source ``unknown``.  The loader validates the whole file on
 load and raises :class:`CatalogError` with a one-line message naming the file,
-the key and what would have been valid.
+the key and what would have been valid.  A list or mapping repeated through a
+YAML alias is refused: a few aliases can stand for billions of nodes.
 
 File layout (one mapping per board)::
 

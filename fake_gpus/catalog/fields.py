@@ -89,7 +89,7 @@ def check_type(ctx: Ctx, key: str, value: Any, types: tuple[type, ...], nullable
     if isinstance(value, bool) and bool not in types:
         raise ctx.fail(key, f"is a boolean ({value})", type_names(types))
     if not isinstance(value, types):
-        raise ctx.fail(key, f"has type {type(value).__name__} ({value!r})", type_names(types))
+        raise ctx.fail(key, f"has type {type(value).__name__} ({value!r:.40})", type_names(types))
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:
         raise ctx.fail(key, f"is negative ({value})", "a non-negative integer")
 

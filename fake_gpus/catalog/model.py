@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
+__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "GPUS_PER_NODE_MAX", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
            "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "ci_label", "provenance_class"]
 
 # Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8) and compute into 7: a board
@@ -14,6 +14,10 @@ __all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "MEMORY_SLICES",
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
 NVIDIA_PCI_VENDOR = 0x10DE
+# The most GPUs of one board a node holds: HGX/DGX baseboards carry 4 or 8 (H100/H200 datasheets, HGX and
+# DGX B200), H100 NVL servers 1-8 (its datasheet), a GB200 NVL72 compute tray 4: each board's cited
+# gpus_per_node. A board file saying more would let a layout ask for that many fake GPUs.
+GPUS_PER_NODE_MAX = 8
 ARCHITECTURES = {"hopper": 9, "blackwell": 10}  # NVML_DEVICE_ARCH_* (nvml.h)
 UNKNOWN = "unknown"
 DEFAULT_SOURCE = "default"

@@ -20,6 +20,7 @@ from fake_gpus.catalog.model import (
     ARCHITECTURES,
     COMPUTE_SLICES,
     DEFAULT_SOURCE,
+    GPUS_PER_NODE_MAX,
     MEMORY_SLICES,
     NVIDIA_PCI_VENDOR,
     Board,
@@ -144,8 +145,8 @@ def _parse_gi(ctx: Ctx, index: int, raw: Any, board: Mapping[str, Any], sources:
 def _check_board_facts(ctx: Ctx, raw: Mapping[str, Any]) -> None:
     if raw["memory_slices"] != MEMORY_SLICES:
         raise ctx.fail("memory_slices", f"is {raw['memory_slices']}", str(MEMORY_SLICES))
-    if raw["gpus_per_node"] < 1:
-        raise ctx.fail("gpus_per_node", f"is {raw['gpus_per_node']}", "a whole number >= 1")
+    if not 1 <= raw["gpus_per_node"] <= GPUS_PER_NODE_MAX:
+        raise ctx.fail("gpus_per_node", f"is {raw['gpus_per_node']}", f"1 to {GPUS_PER_NODE_MAX} (the most GPUs of one board any node holds)")
     arch = raw["architecture"]
     if ARCHITECTURES.get(arch) != raw["nvml_architecture"]:
         valid = ", ".join(f"{a}={n}" for a, n in ARCHITECTURES.items())
@@ -159,7 +160,7 @@ def _check_board_facts(ctx: Ctx, raw: Mapping[str, Any]) -> None:
         raise ctx.fail("pci_subsystem_id", f"is {sub:#x}", "(subsystem << 16) | 0x10DE, or null")
     cc = raw["cuda_compute_capability"]
     if len(cc) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in cc):
-        raise ctx.fail("cuda_compute_capability", f"is {cc!r}", "[major, minor] integers")
+        raise ctx.fail("cuda_compute_capability", f"is {cc!r:.40}", "[major, minor] integers")
     if not _DRIVER_VERSION.match(raw["driver_version"]):
         raise ctx.fail("driver_version", f"is {raw['driver_version']!r}", "digits like '580.95.05'")
     cuda = raw["cuda_driver_version"]
@@ -196,6 +197,26 @@ def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sour
     return MappingProxyType(out)
 
 
+def _refuse_aliases(ctx: Ctx, raw: Any) -> None:
+    """Refuse a list or mapping reached twice, which only a YAML alias makes.
+
+    Ten lines of aliases can stand for 10**10 nodes (a "billion laughs"): the loader shares one object per
+    alias, so the parsed file stays small, but any walk over it or error message quoting it expands it.
+    Board files need no aliases. The walk goes in document order and visits each object once.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [("", raw)]
+    while stack:
+        path, node = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if id(node) in seen:
+            raise ctx.fail(path, "repeats a YAML node through an alias", "plain YAML without anchors (&name) or aliases (*name)")
+        seen.add(id(node))
+        items = list(node.items() if isinstance(node, dict) else enumerate(node))
+        stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(items))
+
+
 def load_board_file(file: Path) -> Board:
     """Parse and validate one board file."""
     file = Path(file)
@@ -211,9 +232,10 @@ def load_board_file(file: Path) -> Board:
         raise CatalogError(f"{file.name}: (file): is not valid YAML{line}; valid: a YAML mapping") from exc
     if not isinstance(raw, dict):
         raise ctx.fail("(top level)", f"is {type(raw).__name__}", "a mapping")
+    _refuse_aliases(ctx, raw)  # before anything reads the file's values
     key = raw.get("key")
     if key != file.stem:
-        raise ctx.fail("key", f"is {key!r} but the file is named {file.name!r}", repr(file.stem))
+        raise ctx.fail("key", f"is {key!r:.40} but the file is named {file.name!r}", repr(file.stem))
     extra = set(raw) - _ALLOWED_TOP
     if extra:
         raise ctx.fail("(top level)", f"has unknown keys {sorted(extra)}", ", ".join(sorted(_ALLOWED_TOP)))

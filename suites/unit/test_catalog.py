@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -371,7 +374,8 @@ CORRUPTIONS = {
     "null without unknown": (lambda r: r.__setitem__("decoders", None), "decoders", "unknown"),
     "value marked unknown": (lambda r: r["sources"].__setitem__("decoders", "unknown"), "decoders", "unknown"),
     "seven memory slices": (lambda r: r.__setitem__("memory_slices", 7), "memory_slices", "8"),
-    "no GPUs per node": (lambda r: r.__setitem__("gpus_per_node", 0), "gpus_per_node", ">= 1"),
+    "no GPUs per node": (lambda r: r.__setitem__("gpus_per_node", 0), "gpus_per_node", "1 to 8"),
+    "more GPUs per node than any server": (lambda r: r.__setitem__("gpus_per_node", 2**40), "gpus_per_node", "1 to 8"),
     "missing GPUs per node": (lambda r: r.pop("gpus_per_node"), "gpus_per_node", "missing"),
     "slice count vs name": (lambda r: _gi(r, "2g.20gb").__setitem__("slice_count", 3), "2g.20gb", "slice_count"),
     "bad pci id": (lambda r: r.__setitem__("pci_device_id", 0x2330), "pci_device_id", "0x10DE"),
@@ -401,6 +405,42 @@ def test_invalid_yaml_names_file(tmp_path: Path) -> None:
     (tmp_path / "b200-180gb.yaml").write_text("key: b200-180gb\nmemory_mib: [1,\n")
     with pytest.raises(CatalogError, match=r"^b200-180gb\.yaml: .*YAML"):
         load_catalog(tmp_path)
+
+
+# A billion laughs inside an allowed key: ten aliased levels of ten stand for 10**10 strings in a few
+# lines. The loader must refuse it from the parsed file, never expand it (an error message quoting it did).
+YAML_BOMB = "[&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol], " + ", ".join(
+    f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)) + "]"
+
+LOAD_UNDER_A_CEILING = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a regression dies of MemoryError here, not in the OOM killer
+from fake_gpus.catalog import CatalogError, load_board_file
+try:
+    load_board_file(Path(sys.argv[1]))
+except CatalogError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("field", ["key", "product_name", "cuda_compute_capability"])  # each was quoted whole in its error
+def test_a_yaml_alias_bomb_is_refused_without_expanding_it(tmp_path: Path, field: str) -> None:
+    text = (BOARDS_DIR / f"{H100}.yaml").read_text()
+    bomb = tmp_path / f"{H100}.yaml"
+    bomb.write_text(re.sub(rf"^{field}: .*$", lambda _: f"{field}: {YAML_BOMB}", text, count=1, flags=re.M))
+    done = subprocess.run([sys.executable, "-c", LOAD_UNDER_A_CEILING, str(bomb)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])  # imports this checkout's fake_gpus
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-800:]
+    assert done.stdout.strip() == (f"{H100}.yaml: {field}.1.0: repeats a YAML node through an alias; "
+                                   "valid: plain YAML without anchors (&name) or aliases (*name)"), done.stdout
+
+
+def test_a_board_file_that_repeats_a_node_through_an_alias_is_refused(tmp_path: Path) -> None:
+    raw = _h100_raw()
+    raw["mig_layouts"]["layouts"]["again"] = raw["mig_layouts"]["layouts"]["all-7g.80gb"]  # safe_dump writes &id001 / *id001
+    with pytest.raises(CatalogError, match=r"^h100-80gb\.yaml: mig_layouts\.layouts\.again: repeats a YAML node through an alias; valid: "):
+        load_catalog(_write(tmp_path, raw))
 
 
 def test_missing_directory(tmp_path: Path) -> None:
