@@ -7,6 +7,7 @@ problem, nothing started, nothing written), refused for the environment (exit 1,
 any other exception fails the test. Counts per target go to reports/fuzz/<target>.json and the terminal.
 
 $DRA_TESTBED_FUZZ_EXAMPLES sets the cases per target (default 25: seconds; `nox -s fuzz` runs 2000).
+$DRA_TESTBED_FUZZ_RANDOM=1 draws new cases each run (default: the same cases every run; `nox -s fuzz` sets it).
 """
 
 from __future__ import annotations
@@ -205,6 +206,21 @@ def mutate_data(data: Any, rnd: random.Random) -> Any:
     return doc
 
 
+def alias_a_node(data: Any, rnd: random.Random) -> None:
+    """One list or mapping of the document put in a second place too: yaml.safe_dump writes it as &id001 / *id001."""
+    spots: list[tuple[Any, Any]] = []
+
+    def walk(node: Any) -> None:
+        for key in (list(node) if isinstance(node, dict) else range(len(node))):
+            if isinstance(node[key], (dict, list)):
+                spots.append((node, key))
+                walk(node[key])
+
+    walk(data)
+    (source, skey), (target, tkey) = rnd.choice(spots), rnd.choice(spots)
+    target[tkey] = source[skey]
+
+
 SEEDS = st.integers(0, 2**32 - 1).map(random.Random)
 
 
@@ -335,7 +351,10 @@ def test_board_file_mutations_never_trace_back(tmp_path: Path, board: str) -> No
     @given(rnd=SEEDS)
     def case(rnd: random.Random) -> None:
         path = tmp_path / f"{board}.yaml"
-        write_layout(path, mutate_data(valid, rnd))
+        doc = mutate_data(valid, rnd)
+        if rnd.random() < 0.05 and isinstance(doc, dict):  # an alias: a few of them make a YAML bomb
+            alias_a_node(doc, rnd)
+        write_layout(path, doc)
         counts["total"] += 1
         counts[load_outcome(load_board_file, path, CatalogError, "accepted", "refused")] += 1
 
