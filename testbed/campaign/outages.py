@@ -2,7 +2,8 @@
 
 A campaign's waits (a pod that fits gets scheduled, a bound pod's claims get prepared, released devices
 are cleaned up) count their bound in time the cluster was whole: `excused(t0, t1)` is how much of
-[t0, t1] some killed component was still down or coming back, and a wait goes on for that much longer.
+[t0, t1] some killed component was still down or coming back, and a wait goes on for that much longer, and
+then as long again for its clients' back-off (testbed.workloads.runner.allowed_wait).
 Only kills open spans, so a component that stalls or dies on its own (a blocked scheduler) is not
 excused, and a wait is never excused more than `cap` seconds (a unit that never comes back).
 """

@@ -29,7 +29,7 @@ from testbed.workloads.devices import Inventory
 from testbed.workloads.observe import Snapshot, observe_claims
 from testbed.workloads.oracle import check_usage
 from testbed.workloads.plan import plan_examples
-from testbed.workloads.runner import PropertyFailure, Runner
+from testbed.workloads.runner import PropertyFailure, Runner, allowed_wait
 from testbed.workloads.steps import Arrive, Step
 from testbed.workloads.truth import physical_violations
 
@@ -194,9 +194,9 @@ class Campaign:
         return self.supervisor.outages.excused(t0, t1)
 
     def _spent(self, start: float, bound: float) -> bool:
-        """`bound` seconds of up time have passed since `start`."""
+        """`bound` seconds of up time, and the clients' catch-up after kills, have passed since `start`."""
         now = time.monotonic()
-        return now - start > bound + self.excused(start, now)
+        return now - start > allowed_wait(bound, self.excused(start, now))
 
     def leftovers(self, timeout: float | None = None) -> Leaks:
         """What the nodes still hold for claims that are gone, once it stops shrinking (or `timeout` of up time)."""
@@ -219,7 +219,8 @@ class Campaign:
                 return
             if self._spent(start, self.bound):
                 raise PrepareFailure(f"pods {waiting} are bound but their claims were not prepared within {self.bound:.0f}s "
-                                     f"(+{self.excused(start, time.monotonic()):.0f}s while killed components were coming back)")
+                                     f"(+{allowed_wait(self.bound, self.excused(start, time.monotonic())) - self.bound:.0f}s for killed "
+                                     f"components to come back and their clients to retry)")
             time.sleep(0.5)
 
     def _count(self, key: str, n: int = 1) -> None:
