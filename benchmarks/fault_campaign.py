@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     started = time.monotonic()
-    settings = dict(examples=args.examples, steps=args.steps)
+    settings = dict(examples=args.examples, steps=args.steps, logs_to=args.report / "logs")
     if args.backend == "kind":
         settings["restart_backoff_max"] = args.restart_backoff
     with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [], f"{args.label}-{os.getpid()}", args.k8s, **settings) as session:

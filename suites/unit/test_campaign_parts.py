@@ -744,6 +744,7 @@ def test_the_benchmark_caps_the_kind_kubelets_restart_back_off(tmp_path: Path, m
         with pytest.raises(KeyboardInterrupt):
             bench.main([*argv, "--report", str(tmp_path / "r")])
     assert [a.get("restart_backoff_max") for a in asked] == [10, 300, None]
+    assert all(a["logs_to"] == tmp_path / "r" / "logs" for a in asked)  # every bed leaves its logs in the report
 
 
 def test_a_double_allocation_is_known_by_its_kind_not_its_wording() -> None:
@@ -847,3 +848,45 @@ def test_a_kwok_up_that_fails_once_started_says_so_and_a_refusal_does_not(tmp_pa
     with pytest.raises(ClusterError, match="no stages") as refused:
         kwok.KwokCluster("u").create(ClusterSpec(name="u", layout=CAMPAIGN_LAYOUT))
     assert not isinstance(refused.value, ClusterStartError)
+
+
+class _Bed:
+    """A cluster as the campaign's beds use one: what was done to it, in order."""
+
+    def __init__(self) -> None:
+        self.name, self.done = "campaign-x", []
+
+    def create(self, spec, force: bool = False) -> None:
+        self.done.append("create")
+
+    def export_logs(self, folder: Path) -> Path:
+        self.done.append(f"export {folder.name}")
+        return folder
+
+    def delete(self) -> None:
+        self.done.append("delete")
+
+
+def test_a_campaign_bed_leaves_its_logs_before_it_goes_but_not_after_an_interrupt(tmp_path: Path, monkeypatch) -> None:
+    # a kind zero-kill seed failed "not prepared within 90s" and nothing was left to read why: the bed was gone
+    from contextlib import contextmanager
+
+    from testbed.campaign import beds
+    from testbed.campaign.session import CAMPAIGN_LAYOUT
+
+    bed = _Bed()
+
+    @contextmanager
+    def session(*args, **kwargs):
+        yield object()
+
+    monkeypatch.setattr(beds, "cluster_for", lambda backend, name: bed)
+    monkeypatch.setattr(beds, "kwok_session", session)
+    with beds.campaign_cluster("kwok", CAMPAIGN_LAYOUT, [], "x", "1.34", logs_to=tmp_path):
+        pass
+    assert bed.done == ["create", "export campaign-x", "delete"]
+    bed.done.clear()
+    with pytest.raises(KeyboardInterrupt):
+        with beds.campaign_cluster("kwok", CAMPAIGN_LAYOUT, [], "x", "1.34", logs_to=tmp_path):
+            raise KeyboardInterrupt
+    assert bed.done == ["create", "delete"]  # Ctrl-C: removed at once

@@ -4,6 +4,7 @@ on it, down afterwards whatever happens."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from fake_gpus.driver.faults import fault_env
@@ -16,8 +17,10 @@ from testbed.clusters.registry import cluster_for
 
 @contextmanager
 def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str, k8s: str, restart_backoff_max: float | None = None,
-                     **campaign_args) -> Iterator[Session]:
-    """`restart_backoff_max` caps the kind kubelets' crash-loop back-off (None: the kubelet's 5 min)."""
+                     logs_to: Path | None = None, **campaign_args) -> Iterator[Session]:
+    """`restart_backoff_max` caps the kind kubelets' crash-loop back-off (None: the kubelet's 5 min). With `logs_to`,
+    the cluster's logs (components, kubelets, driver) are exported there before it goes, so that a failed seed
+    can be read afterwards (not after an interrupt: Ctrl-C removes the cluster at once)."""
     cluster = cluster_for(backend, f"campaign-{name}"[:40].rstrip("-"))
     spec = ClusterSpec(name=cluster.name, k8s=k8s, layout=layout, driver=DriverSpec(env=fault_env(faults)),
                        restart_backoff_max=restart_backoff_max)
@@ -37,5 +40,14 @@ def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str,
 
             with kind_session(cluster, layout, faults, label=name, **campaign_args) as session:
                 yield session
+        if logs_to is not None:
+            _export_logs(cluster, logs_to / cluster.name)
     finally:
         cluster.delete()
+
+
+def _export_logs(cluster, folder: Path) -> None:
+    try:
+        print(f"campaign: logs of {cluster.name} in {cluster.export_logs(folder)}")
+    except Exception as exc:  # noqa: BLE001 - the logs are evidence, not the verdict: a failed export must not replace it
+        print(f"campaign: could not export the logs of {cluster.name}: {type(exc).__name__}: {exc}")
