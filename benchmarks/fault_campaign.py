@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
         p.error(f"--faults: {unknown[0]!r} is not a fault this campaign is shown to catch; valid: {', '.join(FAULTS)}, or none")
+    if hasattr(sys.stdout, "reconfigure"):  # each seed's line as it ends, also into a file or a pipe (a long run)
+        sys.stdout.reconfigure(line_buffering=True)
     interrupts.install()  # SIGTERM and SIGHUP remove the clusters as Ctrl-C does; a second signal waits for that
     runs: dict = {}
     args.report.mkdir(parents=True, exist_ok=True)
