@@ -295,7 +295,7 @@ class KindCluster(Cluster):
                                    stdout=sink, stderr=subprocess.STDOUT, timeout=120)
             except Exception as exc:  # noqa: BLE001
                 (folder / "dump-error.txt").write_text(str(exc))
-        progress.note(f"logs of the failed cluster: {folder}")
+        progress.note(f"logs of kind cluster {self.name}: {folder}")
         return folder
 
     def delete(self) -> None:
