@@ -257,29 +257,36 @@ def write_layout(path: Path, data: Any) -> Path:
 
 
 def cli_bases(folder: Path) -> dict[str, list[list[str]]]:
-    """Valid invocations per command, to mutate."""
-    layout = write_layout(folder / "layout.yaml", VALID_LAYOUT)
+    """Valid invocations per command, to mutate. Their paths are relative to `folder`, where run_cli runs them:
+    with absolute paths a one-character mutation of the prefix (/tmp -> /9mp) made directories at the root of
+    the file system, outside any test's folder."""
+    write_layout(folder / "layout.yaml", VALID_LAYOUT)
     bundle = folder / "bundle"
     bundle.mkdir(exist_ok=True)
     write_layout(bundle / "layout.yaml", VALID_LAYOUT)
     (bundle / "steps.json").write_text(json.dumps(VALID_STEPS))
     (bundle / "context.json").write_text(json.dumps({"faults": "", "k8s": "1.34"}))
     (bundle / "bundle.json").write_text(json.dumps(BUNDLE_HEADER))
-    nvml = str(folder / "nvml-state")
+    layout, nvml, report = "layout.yaml", "nvml-state", "report"
     bases = {
         "up": [["up", "--name", "fz", "--node", "gpu-0=h100-80gb:2:whole"],
-               ["up", "--name", "fz", "--layout", str(layout), "--k8s", "1.35"],
+               ["up", "--name", "fz", "--layout", layout, "--k8s", "1.35"],
                ["up", "--name", "fz", "--node", "a=h100-80gb:1:static-mig:all-1g.10gb", "--node", "b=b200-180gb:8:dynamic-mig"],
                ["up", "--backend", "kind", "--name", "fz", "--node", "w=h100-80gb:1:dynamic-mig", "--port", "31999"]],
-        "replay": [["replay", str(bundle)], ["replay", str(bundle), "--k8s", "1.34", "--keep-cluster"]],
+        "replay": [["replay", "bundle"], ["replay", "bundle", "--k8s", "1.34", "--keep-cluster"]],
         "fake-nvml": [["fake-nvml", "env", "--gpus", "h100-80gb:2", "--gpus", "b200-180gb:1", "--state-dir", nvml],
                       ["fake-nvml", "env", "--gpus", "h100-nvl-94gb:8", "--state-dir", nvml]],
         "image": [["image", "build", "--k8s", "1.34", "--node-only"], ["image", "build", "--offline"], ["image", "stop-engine"]],
-        "conformance": [["conformance", "--driver", "gpu.nvidia.com", "--layout", str(layout), "--k8s", "1.34",
-                         "--report", str(folder / "report"), "--faults", "prepare-fails"],
-                        ["conformance", "--driver", "gpu.nvidia.com", "--profile", "mig", "--report", str(folder / "report")]],
+        "conformance": [["conformance", "--driver", "gpu.nvidia.com", "--layout", layout, "--k8s", "1.34",
+                         "--report", report, "--faults", "prepare-fails"],
+                        ["conformance", "--driver", "gpu.nvidia.com", "--profile", "mig", "--report", report]],
     }
     return bases
+
+
+def outside_entries(folder: Path) -> set[str]:
+    """What is at the root of the file system and beside pytest's folders (a mutated path could reach both)."""
+    return {f"/{name}" for name in os.listdir("/")} | {str(p) for p in folder.parent.parent.iterdir()}
 
 
 CLI_TARGETS = ("up", "replay", "fake-nvml", "image", "conformance")
@@ -290,6 +297,7 @@ def test_cli_mutations_never_trace_back(tmp_path: Path, target: str) -> None:
     bases = cli_bases(tmp_path)
     counts: Counter = Counter()
     bundle_before = {p.name: p.read_bytes() for p in (tmp_path / "bundle").iterdir()}
+    outside_before = outside_entries(tmp_path)
 
     @FUZZ
     @given(base=st.sampled_from(bases[target]), rnd=SEEDS)
@@ -310,6 +318,7 @@ def test_cli_mutations_never_trace_back(tmp_path: Path, target: str) -> None:
 
     case()
     assert {p.name: p.read_bytes() for p in (tmp_path / "bundle").iterdir()} == bundle_before, "a bundle was changed"
+    assert outside_entries(tmp_path) - outside_before == set(), "a case wrote outside the test's folder"
     record(f"cli-{target}", counts)
     if target != "image":  # `image` takes only flags with fixed choices: argparse is all its checking
         assert counts["past-argument-parsing"] * 2 >= counts["total"], f"most cases should get past argparse: {dict(counts)}"
