@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.clusters.kwok.driver import plugin_dir, remove_plugin_dirs, socket_root
+from testbed.clusters.kwok.driver import plugin_dir, remove_plugin_dirs, remove_socket_root, socket_root
 
 
 @pytest.fixture
@@ -31,7 +31,18 @@ def test_removing_the_last_nodes_plugin_dirs_removes_the_socket_root(home: Path)
     remove_plugin_dirs(home, "gpu-0")
     assert not plugin_dir(home, "gpu-0").parent.exists() and plugin_dir(home, "gpu-1").is_dir()  # gpu-1's untouched
     remove_plugin_dirs(home, "gpu-1")
-    assert not socket_root(home).exists() and socket_root(home).parent.is_dir()  # dra-testbed-ours is shared
+    assert not socket_root(home).exists() and not socket_root(home).parent.exists()  # no cluster's left: shared dir too
+
+
+def test_a_stopped_clusters_socket_root_goes_and_the_shared_folder_with_the_last(home: Path, tmp_path: Path) -> None:
+    # after every KWOK bed of a session was down, /tmp/dra-testbed-ours was still there, empty
+    other = tmp_path / "other-home"
+    _plugin_ran(home, "gpu-0")
+    _plugin_ran(other, "gpu-0")
+    remove_socket_root(home)
+    assert not socket_root(home).exists() and socket_root(other).is_dir()  # the other cluster's is untouched
+    remove_socket_root(other)
+    assert not socket_root(other).parent.exists() and socket_root(other).parent.parent.is_dir()
 
 
 def test_removing_a_node_that_has_none_is_a_no_op(home: Path) -> None:

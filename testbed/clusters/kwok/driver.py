@@ -82,8 +82,24 @@ def remove_plugin_dirs(home: Path, node: str) -> None:
     no node's are left: it is in the shared temporary directory, which nothing else cleans up."""
     where = plugin_dir(home, node).parent
     shutil.rmtree(where, ignore_errors=True)
-    with contextlib.suppress(OSError):  # another node's directories are still there (or it is gone already)
-        where.parent.rmdir()
+    _remove_if_empty(where.parent, where.parent.parent)
+
+
+def remove_socket_root(home: Path) -> None:
+    """Remove the cluster's socket root, and the shared `dra-testbed-ours` with it once no cluster's is left."""
+    shutil.rmtree(socket_root(home), ignore_errors=True)
+    _remove_if_empty(socket_root(home).parent)
+
+
+def _remove_if_empty(*folders: Path) -> None:
+    """rmdir each of `folders` in turn (innermost first), stopping at the first that still holds something."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # another node's or cluster's directories are still there
+            return
 
 
 class OurDriver(KwokDriver):
@@ -155,7 +171,7 @@ class OurDriver(KwokDriver):
     def stop(cls, home: Path) -> None:
         standin.stop(home)
         launch.stop_publisher(home)
-        shutil.rmtree(socket_root(home), ignore_errors=True)
+        remove_socket_root(home)
 
 
 # kind -> module:class, imported on first use: a vendor's driver (testbed/nvidia, NVIDIA's plugin as a process
