@@ -273,7 +273,8 @@ def cli_bases(folder: Path) -> dict[str, list[list[str]]]:
                ["up", "--name", "fz", "--layout", layout, "--k8s", "1.35"],
                ["up", "--name", "fz", "--node", "a=h100-80gb:1:static-mig:all-1g.10gb", "--node", "b=b200-180gb:8:dynamic-mig"],
                ["up", "--backend", "kind", "--name", "fz", "--node", "w=h100-80gb:1:dynamic-mig", "--port", "31999"]],
-        "replay": [["replay", "bundle"], ["replay", "bundle", "--k8s", "1.34", "--keep-cluster"]],
+        # ./ marks the positional as a path, which mutate_argv mutates as a value (not the subcommand)
+        "replay": [["replay", "./bundle"], ["replay", "./bundle", "--k8s", "1.34", "--keep-cluster"]],
         "fake-nvml": [["fake-nvml", "env", "--gpus", "h100-80gb:2", "--gpus", "b200-180gb:1", "--state-dir", nvml],
                       ["fake-nvml", "env", "--gpus", "h100-nvl-94gb:8", "--state-dir", nvml]],
         "image": [["image", "build", "--k8s", "1.34", "--node-only"], ["image", "build", "--offline"], ["image", "stop-engine"]],
