@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -22,3 +23,16 @@ def state_root() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "dra-testbed"
+
+
+def remove_tree(path: Path, empty_parents: int = 0) -> None:
+    """Remove `path` and then up to `empty_parents` of its parents, innermost first, while they are left empty:
+    short socket folders live under shared ones in the temporary directory, which nothing else cleans up."""
+    shutil.rmtree(path, ignore_errors=True)
+    for folder in list(path.parents)[:empty_parents]:
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # still holds another node's or cluster's folders
+            return

@@ -50,3 +50,18 @@ def test_removing_a_node_that_has_none_is_a_no_op(home: Path) -> None:
     _plugin_ran(home, "gpu-1")
     remove_plugin_dirs(home, "gpu-0")
     assert plugin_dir(home, "gpu-1").is_dir()
+
+
+def test_nvidias_plugins_leave_no_shared_socket_folder_either(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /tmp/dra-testbed-nvidia was left empty after the NVIDIA suites, as dra-testbed-ours was after ours
+    from testbed.nvidia.plugin import NodePlugin, remove
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    plugins = [NodePlugin(node, tmp_path / "cluster" / "nvidia" / node, None) for node in ("gpu-0", "gpu-1")]
+    for plugin in plugins:
+        plugin.plugins_dir.mkdir(parents=True)
+        plugin.home.mkdir(parents=True)
+    remove(plugins[0])
+    assert not plugins[0].socket_root.exists() and plugins[1].plugins_dir.is_dir()
+    remove(plugins[1])
+    assert not plugins[1].socket_root.parent.exists() and (tmp_path / "tmp").is_dir()

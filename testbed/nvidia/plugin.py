@@ -22,6 +22,7 @@ from kubernetes import client
 
 from fake_gpus.machine import namespace
 from fake_gpus.machine.views import MachineViews
+from hostenv.dirs import remove_tree
 from hostenv.processes import alive, terminate
 
 DRIVER = "gpu.nvidia.com"
@@ -151,7 +152,7 @@ def stop(plugin: NodePlugin, grace: float = 10.0) -> None:
 def remove(plugin: NodePlugin) -> None:
     """Stop the plugin and remove its files (sockets and checkpoint included): the node is gone."""
     stop(plugin)
-    shutil.rmtree(plugin.socket_root, ignore_errors=True)
+    remove_tree(plugin.socket_root, empty_parents=1)  # and the shared dra-testbed-nvidia with the last node's
     shutil.rmtree(plugin.home, ignore_errors=True)
 
 

@@ -9,10 +9,8 @@ would. A vendor's kubelet-plugin binary (a process per node) plugs in as another
 from __future__ import annotations
 
 import abc
-import contextlib
 import hashlib
 import importlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from pathlib import Path
 from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, MIG_STATIC
 from fake_gpus.machine import launch
 from fake_gpus.nvml.build import ensure_library
+from hostenv.dirs import remove_tree
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
@@ -79,27 +78,13 @@ def plugin_dir(home: Path, node: str) -> Path:
 
 def remove_plugin_dirs(home: Path, node: str) -> None:
     """Remove `node`'s plugin and registry directories (its plugin stopped), and the socket root with them once
-    no node's are left: it is in the shared temporary directory, which nothing else cleans up."""
-    where = plugin_dir(home, node).parent
-    shutil.rmtree(where, ignore_errors=True)
-    _remove_if_empty(where.parent, where.parent.parent)
+    no node's are left, and the shared `dra-testbed-ours` once no cluster's is."""
+    remove_tree(plugin_dir(home, node).parent, empty_parents=2)
 
 
 def remove_socket_root(home: Path) -> None:
     """Remove the cluster's socket root, and the shared `dra-testbed-ours` with it once no cluster's is left."""
-    shutil.rmtree(socket_root(home), ignore_errors=True)
-    _remove_if_empty(socket_root(home).parent)
-
-
-def _remove_if_empty(*folders: Path) -> None:
-    """rmdir each of `folders` in turn (innermost first), stopping at the first that still holds something."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except FileNotFoundError:
-            continue
-        except OSError:  # another node's or cluster's directories are still there
-            return
+    remove_tree(socket_root(home), empty_parents=1)
 
 
 class OurDriver(KwokDriver):
