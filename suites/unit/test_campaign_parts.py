@@ -359,7 +359,6 @@ def test_after_kills_a_wait_gets_its_allowance_again_for_the_clients_back_off() 
     assert allowed_wait(90.0, 64.0) == 2 * (90.0 + 64.0) > 154.0
 
 
-
 def test_a_kill_of_a_plugin_not_started_yet_is_not_counted(tmp_path: Path) -> None:
     from testbed.campaign.chaos import Chaos
 
