@@ -12,6 +12,10 @@ __all__ = ["BOARD_FIELDS", "CI_FIELDS", "GI_FIELDS", "GI_OPTIONAL", "Ctx", "Fiel
 
 FieldSpec = dict[str, tuple[tuple[type, ...], bool]]  # name -> (accepted types, nullable)
 
+# Every integer fact reaches the fake NVML as a C `unsigned int` (profile ids, PCI ids, counts; memory in MiB):
+# a larger one would wrap there silently.
+UINT_MAX = 0xFFFFFFFF
+
 BOARD_FIELDS: FieldSpec = {
     "product_name": ((str,), False),
     "memory_mib": ((int,), False),
@@ -90,8 +94,10 @@ def check_type(ctx: Ctx, key: str, value: Any, types: tuple[type, ...], nullable
         raise ctx.fail(key, f"is a boolean ({value})", type_names(types))
     if not isinstance(value, types):
         raise ctx.fail(key, f"has type {type(value).__name__} ({value!r:.40})", type_names(types))
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-        raise ctx.fail(key, f"is negative ({value})", "a non-negative integer")
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= UINT_MAX:
+        # a huge one's digits are not quoted: str() of it is slow, and refused past 4,300 digits
+        shown = str(value) if value.bit_length() <= 64 else f"a {value.bit_length()}-bit integer"
+        raise ctx.fail(key, f"is {'negative' if value < 0 else 'too large'} ({shown})", f"0 to {UINT_MAX} (NVML's unsigned int)")
 
 
 def sources_of(ctx: Ctx, key: str, raw: Mapping[str, Any]) -> dict[str, str]:

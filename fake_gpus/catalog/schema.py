@@ -230,6 +230,8 @@ def load_board_file(file: Path) -> Board:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where else ""
         raise CatalogError(f"{file.name}: (file): is not valid YAML{line}; valid: a YAML mapping") from exc
+    except ValueError as exc:  # a value YAML parses but Python refuses: an integer of over 4,300 digits, a 13th month
+        raise CatalogError(f"{file.name}: (file): has a value that cannot be read ({str(exc).split(';')[0]}); valid: a YAML mapping") from exc
     if not isinstance(raw, dict):
         raise ctx.fail("(top level)", f"is {type(raw).__name__}", "a mapping")
     _refuse_aliases(ctx, raw)  # before anything reads the file's values

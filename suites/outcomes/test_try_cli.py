@@ -46,6 +46,10 @@ def test_documents_without_kind_or_name_are_refused(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("kind: [\n")
     with pytest.raises(ManifestError, match="not valid YAML"):
         load([tmp_path / "a.yaml"])
+    # YAML parses it, Python refuses it (a ValueError, once a traceback)
+    (tmp_path / "a.yaml").write_text(f"apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {{priority: {'9' * 5000}}}\n")
+    with pytest.raises(ManifestError, match=r"a.yaml has a value that cannot be read \(Exceeds the limit \(4300 digits\)"):
+        load([tmp_path / "a.yaml"])
 
 
 def test_examples_load_in_creation_order() -> None:

@@ -198,7 +198,7 @@ def mutate_data(data: Any, rnd: random.Random) -> Any:
         if isinstance(value, bool):
             parent[key] = not value
         elif isinstance(value, int):
-            parent[key] = value + rnd.choice([-value - 1, -1, 1, 7, 10**6, 2**40])
+            parent[key] = value + rnd.choice([-value - 1, -1, 1, 7, 10**6, 2**40, 2**64])
         elif isinstance(value, str):
             parent[key] = value[:-1] if value and rnd.random() < 0.5 else value + rnd.choice(["x", "0", "-", " "])
         else:

@@ -375,10 +375,15 @@ CORRUPTIONS = {
     "value marked unknown": (lambda r: r["sources"].__setitem__("decoders", "unknown"), "decoders", "unknown"),
     "seven memory slices": (lambda r: r.__setitem__("memory_slices", 7), "memory_slices", "8"),
     "no GPUs per node": (lambda r: r.__setitem__("gpus_per_node", 0), "gpus_per_node", "1 to 8"),
-    "more GPUs per node than any server": (lambda r: r.__setitem__("gpus_per_node", 2**40), "gpus_per_node", "1 to 8"),
+    "more GPUs per node than any server": (lambda r: r.__setitem__("gpus_per_node", 9), "gpus_per_node", "1 to 8"),
     "missing GPUs per node": (lambda r: r.pop("gpus_per_node"), "gpus_per_node", "missing"),
     "slice count vs name": (lambda r: _gi(r, "2g.20gb").__setitem__("slice_count", 3), "2g.20gb", "slice_count"),
     "bad pci id": (lambda r: r.__setitem__("pci_device_id", 0x2330), "pci_device_id", "0x10DE"),
+    # NVML's unsigned int: a larger fact wrapped silently in the fake NVML
+    "pci id over 32 bits": (lambda r: r.__setitem__("pci_device_id", (0x12330 << 16) | 0x10DE), "pci_device_id", "0 to 4294967295"),
+    "huge GI profile id": (lambda r: _gi(r, "1g.10gb").__setitem__("nvml_profile", 2**40), "1g.10gb].nvml_profile: is too large (1099511627776)", "unsigned int"),
+    "huge CI id": (lambda r: _gi(r, "3g.40gb")["compute_instance_profiles"][0].__setitem__("id", 2**200),
+                   "id: is too large (a 201-bit integer)", "0 to 4294967295"),
     "wrong key": (lambda r: r.__setitem__("key", "h200-141gb"), "key", "h100-80gb"),
     "memory over share": (lambda r: _gi(r, "1g.10gb").__setitem__("memory_mib", 20096), "1g.10gb", "memory_mib"),
     "full CI SMs differ": (lambda r: _gi(r, "3g.40gb")["compute_instance_profiles"][-1].__setitem__("multiprocessors", 48), "3g.40gb", "multiprocessors"),
@@ -404,6 +409,14 @@ def test_corrupt_file_names_file_and_key(tmp_path: Path, case: str) -> None:
 def test_invalid_yaml_names_file(tmp_path: Path) -> None:
     (tmp_path / "b200-180gb.yaml").write_text("key: b200-180gb\nmemory_mib: [1,\n")
     with pytest.raises(CatalogError, match=r"^b200-180gb\.yaml: .*YAML"):
+        load_catalog(tmp_path)
+
+
+def test_an_integer_python_will_not_read_is_refused_in_one_line(tmp_path: Path) -> None:
+    # YAML parses 5,000 digits; Python's int() refuses past 4,300 with a ValueError, which was a traceback
+    (tmp_path / "b200-180gb.yaml").write_text(f"key: b200-180gb\nmemory_mib: {'9' * 5000}\n")
+    with pytest.raises(CatalogError, match=r"^b200-180gb\.yaml: \(file\): has a value that cannot be read \(Exceeds the limit \(4300 digits\) "
+                       r"for integer string conversion: value has 5000 digits\); valid: a YAML mapping$"):
         load_catalog(tmp_path)
 
 

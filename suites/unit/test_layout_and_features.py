@@ -64,6 +64,9 @@ def test_replicas_expand_to_numbered_nodes(tmp_path: Path) -> None:
         ("gpus: 1\nnodes: [{name: a, board: h100-80gb, count: 1}]\n", "unknown key 'gpus'"),
         ("nodes: [{name: a, board: h100-80gb}]\n", "missing key 'count'"),
         ("nodes: [{name: a, board: h100-80gb, count: 1, replicas: 0}]\n", "replicas 0 must be"),
+        # YAML parses these but Python refuses them: a ValueError, once a traceback
+        (f"nodes: [{{name: a, board: h100-80gb, count: {'9' * 5000}}}]\n", "has a value that cannot be read (Exceeds the limit"),
+        ("nodes: [{name: a, board: h100-80gb, count: 2024-13-01}]\n", "has a value that cannot be read (month must be in 1..12)"),
     ],
 )
 def test_bad_layout_files(tmp_path: Path, text: str, message: str) -> None:

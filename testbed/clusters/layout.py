@@ -150,6 +150,8 @@ def load_layout(path: str | Path) -> Layout:
         raise LayoutError(f"cannot read layout {file}: {exc.strerror}; valid: a readable YAML file such as clusters/layouts/mixed-h100-b200.yaml") from exc
     except yaml.YAMLError as exc:
         raise LayoutError(f"layout {file} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    except ValueError as exc:  # a value YAML parses but Python refuses: an integer of over 4,300 digits, a 13th month
+        raise LayoutError(f"layout {file} has a value that cannot be read ({str(exc).split(';')[0]}); valid: a layout such as clusters/layouts/mixed-h100-b200.yaml") from exc
     if not isinstance(data, dict):
         raise LayoutError(f"layout {file}: expected a mapping with keys {', '.join(LAYOUT_KEYS)}")
     unknown = sorted(set(data) - set(LAYOUT_KEYS))

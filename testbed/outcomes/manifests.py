@@ -83,6 +83,8 @@ def _load_file(file: Path) -> list[Manifest]:
         raise ManifestError(f"cannot read {file}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ManifestError(f"{file} is not valid YAML: {' '.join(str(exc).split())}") from exc
+    except ValueError as exc:  # a value YAML parses but Python refuses: an integer of over 4,300 digits, a 13th month
+        raise ManifestError(f"{file} has a value that cannot be read ({str(exc).split(';')[0]}); valid: Kubernetes YAML manifests") from exc
     manifests = []
     for index, doc in enumerate(docs, 1):
         if doc is None:
