@@ -105,7 +105,7 @@ def register(sub: argparse._SubParsersAction, minor_type, name_type) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="kwok", help="test bed to bring up (default kwok: the control-plane group)")
     p.add_argument("--k8s", type=minor_type, default=DEFAULT_MINOR, help=f"Kubernetes minor (default {DEFAULT_MINOR})")
     p.add_argument("--focus", type=_regex, default=r"\[DRA\]", help=r"Ginkgo focus regex (default \[DRA\])")
-    p.add_argument("--skip", type=_regex, default=None, help="Ginkgo skip regex (default: per backend)")
+    p.add_argument("--skip", type=_regex, default=None, help=r"Ginkgo skip regex (default: per backend, \[Flaky\] on both as upstream's kind DRA jobs; '' runs every selected spec)")
     p.add_argument("--report", metavar="DIR", help="where junit.xml and summary.json go (default upstream-report/BACKEND-MINOR)")
     p.add_argument("--name", type=name_type, default=DEFAULT_NAME, help=f"name of the bed brought up (default {DEFAULT_NAME})")
     p.add_argument("--kubeconfig", help="run against this existing cluster instead of bringing one up")
