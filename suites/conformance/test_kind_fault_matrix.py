@@ -1,9 +1,10 @@
 """The kind half of the fault matrix: each switch makes exactly the node-side checks tied to it fail.
 
-One kind bed of its own (real kubelets) for the module; each row redeploys our driver with one switch.
+Each row redeploys our driver with one switch on a kind bed (real kubelets).
 $DRA_TESTBED_CONFORMANCE_MATRIX=full runs every switch tied to a node-only check over all of them
-(`nox -s conformance`); otherwise a short subset runs inside `nox -s tests`: no fault and one CDI fault
-over two checks. The rendered matrix goes to $DRA_TESTBED_CONFORMANCE_OUT as kind-fault-matrix.md.
+(`nox -s conformance`), on a bed of the module's own with the conformance layout; otherwise a short subset
+runs inside `nox -s tests` on the session's kind bed (suites/kind_bed.py, the kind suite's): no fault and
+one CDI fault over two checks, which that bed's layout (a whole, a dynamic-MIG and a static-MIG H100) serves. The rendered matrix goes to $DRA_TESTBED_CONFORMANCE_OUT as kind-fault-matrix.md.
 """
 
 from __future__ import annotations
@@ -43,14 +44,25 @@ def _checks():
 
 @pytest.fixture(scope="module")
 def kind_cluster(request) -> Iterator:
-    """A kind bed of the module's own, or the running one $DRA_TESTBED_KIND_CLUSTER names (e.g. kept by
-    `dra-testbed conformance --backend kind --keep-cluster --name NAME`): used, then given back the plain driver."""
+    """The full matrix: a kind bed of the module's own, or the running one $DRA_TESTBED_KIND_CLUSTER names (e.g.
+    kept by `dra-testbed conformance --backend kind --keep-cluster --name NAME`): used, then given back the
+    plain driver. The smoke rows: the session's kind bed, given back the driver it ran."""
     from testbed.clusters.base import ClusterSpec
     from testbed.clusters.driver import DriverSpec
-    from testbed.clusters.layout import load_layout
+    from testbed.clusters.layout import from_flags, load_layout
     from testbed.clusters.registry import cluster_for
     from testbed.conformance.command import DEFAULT_KIND_LAYOUT
 
+    if not FULL:  # a second bed cost a cold CI run 9 minutes
+        from suites.kind_bed import LAYOUT_FLAGS
+
+        shared = request.getfixturevalue("kind_bed").cluster
+        running = DriverSpec.from_dict((shared.saved_spec() or {}).get("driver") or {})
+        try:
+            yield shared, from_flags(LAYOUT_FLAGS)
+        finally:
+            shared.deploy_driver(running)
+        return
     layout = load_layout(str(DEFAULT_KIND_LAYOUT))
     name = os.environ.get(KIND_CLUSTER_ENV) or f"conf-kind-{uuid.uuid4().hex[:6]}"
     cluster = cluster_for("kind", name)

@@ -37,7 +37,9 @@ def test_whole_h100_claim_shows_exactly_that_gpu(kind_bed, namespace) -> None:
     assert "error" not in seen, seen
     assert [d["name"] for d in seen["devices"]] == [H100.product_name]
     gpus, _ = validate_state_dir(kind_bed.state_dir("gpu-whole"))
-    assert seen["devices"][0]["uuid"] == gpus[0].uuid
+    # the node has two: the container sees the one allocated, not the other
+    device = allocated_device(kind_bed, namespace, "whole")
+    assert len(gpus) == 2 and seen["devices"][0]["uuid"] == next(g.uuid for g in gpus if f"gpu-{g.minor}" == device)
     assert seen["devices"][0]["memory_total"] == H100.memory_mib * 2**20
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from fake_gpus.driver.identity import parse_device_name
 from fake_gpus.nvml.state import validate_state_dir
-from suites.kind.conftest import KindBed
+from suites.kind_bed import KindBed
 from suites.kind.pods import (H100, allocated_device, claim_template, delete_pod, gpu_instances, gpu_pod, placement_of, run_pod,
                               scratch_namespace)
 from testbed.waiting import wait_for

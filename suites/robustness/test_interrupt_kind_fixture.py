@@ -1,4 +1,4 @@
-"""SIGINT, SIGTERM and SIGHUP during the kind suite's session fixture (suites/kind/conftest.py's kind_bed) leave
+"""SIGINT, SIGTERM and SIGHUP during the kind suite's session fixture (suites/kind_bed.py's kind_bed) leave
 nothing: no node container, no process naming the run's state directory, no mount under it and no stale mount
 of ours, and no dockerd when the run started it. On real kind at three phases, and with a stand-in for kind
 whose `docker run`s are still making the node containers when SIGTERM comes (no Kubernetes in them)."""
@@ -26,7 +26,7 @@ SESSION_TEST = textwrap.dedent("""
     import time
     from pathlib import Path
 
-    from suites.kind.conftest import kind_bed  # noqa: F401 - the fixture under test
+    from suites.kind_bed import kind_bed  # noqa: F401 - the fixture under test
 
     def test_holds_the_kind_bed(kind_bed):
         (Path(__file__).parent / "in-test").touch()
