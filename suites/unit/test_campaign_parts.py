@@ -359,6 +359,29 @@ def test_after_kills_a_wait_gets_its_allowance_again_for_the_clients_back_off() 
     assert allowed_wait(90.0, 64.0) == 2 * (90.0 + 64.0) > 154.0
 
 
+def test_a_prepare_the_kubelet_must_retry_gets_that_retry_on_kind(tmp_path: Path) -> None:
+    # a zero-kill kind run failed seed 4: a departure freed a MIG device the kubelet still held, the next pod's
+    # prepare was refused ("still prepared") and the kubelet retried it at its next pod sync, 65-72 s later
+    from types import SimpleNamespace
+
+    from testbed.campaign.kind import KUBELET_RETRY
+    from testbed.campaign.run import Campaign, PrepareFailure
+
+    pod = SimpleNamespace(spec=SimpleNamespace(node_name="n", resource_claims=["c"]), metadata=SimpleNamespace(name="p3", deletion_timestamp=None))
+    ready_at = [time.monotonic() + 1.5]
+    target = SimpleNamespace(prepared=lambda p: time.monotonic() > ready_at[0])
+    supervisor = SimpleNamespace(outages=SimpleNamespace(excused=lambda t0, t1: 0.0))
+    campaign = Campaign(client.ApiClient(), "", target, supervisor, tmp_path, bound=0.5)
+    campaign.core = SimpleNamespace(list_namespaced_pod=lambda namespace: SimpleNamespace(items=[pod]))
+    with pytest.raises(PrepareFailure, match=r"pods \['p3'\] are bound but their claims were not prepared within 0s"):
+        campaign._wait_prepared("ns")  # KWOK's stand-in: the bound alone
+    ready_at[0] = time.monotonic() + 1.5
+    campaign.prepare_retry = 3.0
+    campaign._wait_prepared("ns")  # kind: the bound and one kubelet retry
+    assert campaign.stats["prepared-pods"] == 1
+    assert KUBELET_RETRY >= 90.0  # syncFrequency 60 s jittered by up to half: 65-72 s were seen
+
+
 def test_a_kill_of_a_plugin_not_started_yet_is_not_counted(tmp_path: Path) -> None:
     from testbed.campaign.chaos import Chaos
 

@@ -83,6 +83,10 @@ def _running_container(node: str, name: str) -> str | None:
     return ids[0] if ids else None
 
 
+# A real kubelet tries a refused prepare again at its next pod sync: syncFrequency (1 min) jittered by up to
+# half (Campaign.prepare_retry)
+KUBELET_RETRY = 90.0
+
 @dataclass
 class KindUnit:
     name: str
@@ -215,5 +219,6 @@ def kind_session(cluster, layout: Layout, faults: list[str], label: str = "kind"
     finally:
         api.close()
     campaign_args.setdefault("quiet_timeout", 120.0)
+    campaign_args.setdefault("prepare_retry", KUBELET_RETRY)
     with session_on("kind", operator_kubeconfig(cluster), layout, target, supervision, faults, label, progress, **campaign_args) as session:
         yield session
