@@ -160,7 +160,8 @@ def _make(root: Path, workdir: Path, inside: list[str]) -> dict[str, str]:
 def _run_command(root: Path, inside: list[str], session: str, log: Path, trust: dict[str, str]) -> int:
     """One README command in the chroot, with CI's settings (.ci/run); its exit code, timed."""
     go, python = (path / "bin" for path in _runtime_paths())
-    env = {**trust, "HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1",
+    # PYTHONUNBUFFERED: pytest's dots reach the log (and the progress line) as they come, not at the end
+    env = {**trust, "HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PATH": f"{go}:{python}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}
     if (root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name).is_file():
         env["DRA_TESTBED_NVIDIA_PLUGIN"] = f"/work/shared/vendor/{NVIDIA_PLUGIN.name}"
