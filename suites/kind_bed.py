@@ -1,6 +1,6 @@
 """The session's kind bed: one kind cluster per session with real kubelets and our images loaded, shared by
-the kind suite (suites/kind) and the kind fault matrix's smoke rows (suites/conformance): a second bed cost a
-cold CI run 9 minutes. A plugin of the root conftest, so that both get the same session fixture.
+the kind suite (suites/kind) and the kind fault matrix's smoke rows (suites/conformance): a second bed made
+every CI run 2.3 minutes longer. A plugin of the root conftest, so that both get the same session fixture.
 
 It needs Docker (started from Debian's docker.io when not running) and takes minutes; `-m "not kind"` leaves
 out the tests that use it.

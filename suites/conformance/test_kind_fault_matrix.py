@@ -4,7 +4,8 @@ Each row redeploys our driver with one switch on a kind bed (real kubelets).
 $DRA_TESTBED_CONFORMANCE_MATRIX=full runs every switch tied to a node-only check over all of them
 (`nox -s conformance`), on a bed of the module's own with the conformance layout; otherwise a short subset
 runs inside `nox -s tests` on the session's kind bed (suites/kind_bed.py, the kind suite's): no fault and
-one CDI fault over two checks, which that bed's layout (a whole, a dynamic-MIG and a static-MIG H100) serves. The rendered matrix goes to $DRA_TESTBED_CONFORMANCE_OUT as kind-fault-matrix.md.
+one CDI fault over two checks, which that bed's layout (two whole H100s, a dynamic-MIG and a static-MIG one)
+serves. The rendered matrix goes to $DRA_TESTBED_CONFORMANCE_OUT as kind-fault-matrix.md.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def kind_cluster(request) -> Iterator:
     from testbed.clusters.registry import cluster_for
     from testbed.conformance.command import DEFAULT_KIND_LAYOUT
 
-    if not FULL:  # a second bed cost a cold CI run 9 minutes
+    if not FULL:  # a second kind bed: 2.3 min more of every CI run (its bring-up, warm)
         from suites.kind_bed import LAYOUT_FLAGS
 
         shared = request.getfixturevalue("kind_bed").cluster

@@ -87,6 +87,7 @@ def _running_container(node: str, name: str) -> str | None:
 # half (Campaign.prepare_retry)
 KUBELET_RETRY = 90.0
 
+
 @dataclass
 class KindUnit:
     name: str
