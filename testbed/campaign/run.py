@@ -215,7 +215,7 @@ class Campaign:
             time.sleep(0.5)
 
     def _wait_prepared(self, namespace: str) -> None:
-        start = time.monotonic()
+        start, bound = time.monotonic(), self.bound + self.prepare_retry
         while True:
             pods = [p for p in self.core.list_namespaced_pod(namespace).items
                     if p.spec.node_name and p.spec.resource_claims and p.metadata.deletion_timestamp is None]
@@ -223,7 +223,6 @@ class Campaign:
             if not waiting:
                 self._count("prepared-pods", len(pods))
                 return
-            bound = self.bound + self.prepare_retry
             if self._spent(start, bound):
                 raise PrepareFailure(f"pods {waiting} are bound but their claims were not prepared within {bound:.0f}s "
                                      f"(+{allowed_wait(bound, self.excused(start, time.monotonic())) - bound:.0f}s for killed "
