@@ -39,6 +39,7 @@ NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN", "/work/shared/v
 PACKAGES = ("gcc", "libc6-dev", "make", "binutils", "git", "ca-certificates", "procps", "iproute2")
 MOUNTS = (("proc", "proc", None), ("sysfs", "sys", None), (None, "dev", "/dev"), (None, "dev/pts", "/dev/pts"),
           (None, "sys/fs/cgroup", "/sys/fs/cgroup"), ("tmpfs", "run", None), ("tmpfs", "tmp", None))
+MACHINE_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/hostname")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -86,14 +87,26 @@ def _trust_host_cas(root: Path, inside: list[str]) -> dict[str, str]:
 
 
 def _mount_all(root: Path, inside: list[str]) -> None:
-    """The chroot's /proc, /sys, /dev, /run and /tmp; mounted from inside its network namespace (`inside`), so
-    its sysfs shows that namespace's interfaces."""
+    """The chroot's own root mount, then its /proc, /sys, /dev, /run and /tmp; mounted from inside its network
+    namespace (`inside`), so its sysfs shows that namespace's interfaces."""
+    # A machine's root is a mount point. pivot_root(2), which runc calls for every container (the kind node
+    # image build's `docker run`, kind's nodes), refuses with EINVAL when the caller's root is a plain directory.
+    subprocess.run([*inside, "mount", "--bind", str(root), str(root)], check=True, capture_output=True)
     for fstype, target, bind in MOUNTS:
         point = root / target
         point.mkdir(parents=True, exist_ok=True)
         args = ["mount", "--rbind", bind, str(point)] if bind else ["mount", "-t", fstype, fstype, str(point)]
         subprocess.run([*inside, *args], check=True, capture_output=True)
-    shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")  # registries by name, as on the host
+    _copy_machine_files(root)
+
+
+def _copy_machine_files(root: Path) -> None:
+    """The machine's own name files, which debootstrap does not write: the resolver (registries by name), and
+    /etc/hosts with /etc/hostname (without them `localhost` and the machine's name go to DNS, which answers
+    NXDOMAIN for both)."""
+    for name in MACHINE_FILES:
+        if Path(name).is_file():
+            shutil.copy2(name, root / name.lstrip("/"))
 
 
 def _left_by(root: Path) -> list[str]:
