@@ -4,11 +4,12 @@ Python and gcc, with empty caches: the proof that the README's commands are the 
 The chroot is made with debootstrap from Debian's packages (gcc and what Debian's minbase brings); Go and
 Python are copied in from this machine, as a fresh machine of this kind has them. The repository is a
 clean clone of the current commit. Everything else (docker.io, debootstrap, libseccomp-dev, the
-toolchain, images) must be installed or built by the project inside. Afterwards every process whose root
-is the chroot is stopped, every mount under it undone and the chroot removed.
+toolchain, images) must be installed or built by the project inside. Afterwards every process of the
+machine is stopped, its mount namespace goes with them, and the chroot is removed.
 
-Needs root (debootstrap, chroot, mounts). The chroot runs in a network namespace of its own
-(testbed/freshnet.py): the dockerd and kind networks it starts do not meet any dockerd of the host.
+Needs root (debootstrap, namespaces, mounts). The machine's root is the root of a mount namespace of its own
+(testbed/freshroot.py: containers inside must not see the host's root), and it runs in a network namespace
+of its own (testbed/freshnet.py): the dockerd and kind networks it starts do not meet any dockerd of the host.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import sys
 import sysconfig
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import stream, terminate
@@ -37,10 +41,9 @@ README_COMMANDS = {session: f"python3 -m pip install --quiet nox && python3 -m n
 # the test input CI gives (.ci/run): NVIDIA's plugin, copied in beside the clone, never into it
 NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN", "/work/shared/vendor/dra-driver-nvidia-gpu/gpu-kubelet-plugin"))
 PACKAGES = ("gcc", "libc6-dev", "make", "binutils", "git", "ca-certificates", "procps", "iproute2")
-MOUNTS = (("proc", "proc", None), ("sysfs", "sys", None), (None, "dev", "/dev"), (None, "dev/pts", "/dev/pts"),
-          (None, "sys/fs/cgroup", "/sys/fs/cgroup"), ("tmpfs", "run", None), ("tmpfs", "tmp", None))
 MACHINE_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/hostname")
 REPO = Path(__file__).resolve().parents[1]
+FRESHROOT = Path(__file__).with_name("freshroot.py")  # run by the host's Python as a script: stdlib only
 
 
 class FreshError(RuntimeError):
@@ -81,23 +84,47 @@ def _trust_host_cas(root: Path, inside: list[str]) -> dict[str, str]:
         target.mkdir(parents=True, exist_ok=True)
         for cert in local.glob("*.crt"):
             shutil.copy2(cert, target / cert.name)
-        subprocess.run([*inside, "chroot", str(root), "update-ca-certificates"], check=True, capture_output=True)
+        subprocess.run([*inside, "update-ca-certificates"], check=True, capture_output=True)
     return {key: value for key, value in os.environ.items()
             if key in CA_SETTINGS and (root / value.lstrip("/")).exists()}
 
 
-def _mount_all(root: Path, inside: list[str]) -> None:
-    """The chroot's own root mount, then its /proc, /sys, /dev, /run and /tmp; mounted from inside its network
-    namespace (`inside`), so its sysfs shows that namespace's interfaces."""
-    # A machine's root is a mount point. pivot_root(2), which runc calls for every container (the kind node
-    # image build's `docker run`, kind's nodes), refuses with EINVAL when the caller's root is a plain directory.
-    subprocess.run([*inside, "mount", "--bind", str(root), str(root)], check=True, capture_output=True)
-    for fstype, target, bind in MOUNTS:
-        point = root / target
-        point.mkdir(parents=True, exist_ok=True)
-        args = ["mount", "--rbind", bind, str(point)] if bind else ["mount", "-t", fstype, fstype, str(point)]
-        subprocess.run([*inside, *args], check=True, capture_output=True)
-    _copy_machine_files(root)
+@dataclass(frozen=True)
+class Machine:
+    """The fresh machine while it is up: the command prefix that runs a command on it (in its network and
+    mount namespaces, at its root), and its mount namespace (`mnt:[INODE]`), which tells its processes."""
+
+    prefix: list[str]
+    namespace: str
+    holder: int  # the process that holds the namespace (testbed/freshroot.py)
+
+
+@contextmanager
+def machine(root: Path, inside: list[str]) -> Iterator[Machine]:
+    """The fresh machine up: `root` the root of a mount namespace of its own (testbed/freshroot.py) with its
+    /proc, /sys, /dev, /run and /tmp, held while the block runs; `inside` runs a command in its network."""
+    holder = subprocess.Popen([*inside, sys.executable, str(FRESHROOT), str(root)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if (holder.stdout.readline() if holder.stdout else "").strip() != "ready":
+            raise FreshError(f"the fresh machine's root did not come up: {holder.communicate(timeout=30)[1].strip()}")
+        yield Machine([*inside, f"--mount=/proc/{holder.pid}/ns/mnt"], mount_namespace(holder.pid) or "", holder.pid)
+    finally:
+        if holder.stdin:
+            holder.stdin.close()
+        try:
+            holder.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait()
+
+
+def mount_namespace(pid: int) -> str | None:
+    """The mount namespace of process `pid` (`mnt:[INODE]`), None when it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
 
 
 def _copy_machine_files(root: Path) -> None:
@@ -109,26 +136,23 @@ def _copy_machine_files(root: Path) -> None:
             shutil.copy2(name, root / name.lstrip("/"))
 
 
-def _left_by(root: Path) -> list[str]:
-    """What the fresh machine left: processes rooted in it, mounts under it, the chroot, its network."""
-    target = str(root.resolve())
-    left = [f"pid {pid}" for pid in leftovers.processes() if _root_of(pid) == target]
-    left += [f"mount {m}" for m in mounted_below(target)]
+def _left_by(root: Path, namespace: str | None) -> list[str]:
+    """What the fresh machine left: its processes, mounts under it in the host's namespace, the chroot, its network."""
+    left = [f"pid {pid}" for pid in _processes_in(namespace)]
+    left += [f"mount {m}" for m in mounted_below(root)]
     left += [f"dir {root}"] if root.exists() else []
     return left + freshnet.leftovers()
 
 
-def _root_of(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/root")
-    except OSError:
-        return None
+def _processes_in(namespace: str | None, spare: int | None = None) -> list[int]:
+    """The processes in mount namespace `namespace` (the machine's) but `spare`; none when it is unknown."""
+    return [pid for pid in leftovers.processes() if namespace and pid != spare and mount_namespace(pid) == namespace]
 
 
-def _stop_processes_in(root: Path) -> list[int]:
-    """Stop every process whose root directory is the chroot; returns their pids."""
-    target = str(root.resolve())
-    inside = [pid for pid in leftovers.processes() if _root_of(pid) == target]
+def _stop_processes_in(namespace: str | None, spare: int | None = None) -> list[int]:
+    """Stop every process of the machine but `spare`; its mount namespace, with every mount made inside, goes
+    with the last of them. Returns their pids."""
+    inside = _processes_in(namespace, spare)
     for pid in inside:
         terminate(pid, grace=10)
     return inside
@@ -140,24 +164,31 @@ def run(workdir: Path, sessions: list[str], keep: bool = False) -> int:
     _check_host()
     before = leftovers.snapshot()
     root = Path(tempfile.mkdtemp(prefix="dra-testbed-fresh-", dir=workdir))
+    namespace: str | None = None
+    stopped: list[int] = []
     try:
         with private_network() as inside:
-            trust = _make(root, workdir, inside)
-            codes = [_run_command(root, inside, session, workdir / f"{root.name}.{session}.log", trust) for session in sessions]
-            return next((code for code in codes if code), 0)
+            _make(root, workdir)
+            with machine(root, inside) as fresh_machine:
+                namespace = fresh_machine.namespace
+                trust = _trust_host_cas(root, fresh_machine.prefix)
+                codes = [_run_command(fresh_machine.prefix, session, workdir / f"{root.name}.{session}.log", trust) for session in sessions]
+                # its dockerd and the like, before the network they use goes
+                stopped = _stop_processes_in(namespace, spare=fresh_machine.holder)
+                return next((code for code in codes if code), 0)
     finally:
-        stopped = _stop_processes_in(root)
-        unmount_below(root)
+        stopped += _stop_processes_in(namespace)
+        unmount_below(root)  # none made from the host; kept so that removing the chroot never reaches into a mount
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-        progress.note(f"fresh machine: stopped {len(stopped)} processes left inside; what it left: {_left_by(root) or 'nothing'}")
+        progress.note(f"fresh machine: stopped {len(stopped)} processes left inside; what it left: "
+                      f"{_left_by(root, namespace) or 'nothing'}")
         changed = leftovers.diff(before, leftovers.snapshot())  # on a shared machine: other runs' changes too
         progress.note(f"fresh machine: host changes meanwhile (any run's): {changed.summary()}")
 
 
-def _make(root: Path, workdir: Path, inside: list[str]) -> dict[str, str]:
-    """The fresh machine: Debian, Go, Python, the machine's CAs, a clone of the repository; returns the
-    environment's CA settings to run with."""
+def _make(root: Path, workdir: Path) -> None:
+    """The fresh machine's files: Debian, Go, Python, a clone of the repository, the machine's name files."""
     with progress.step(f"debootstrap of the fresh machine ({root})") as step:
         debootstrap(root, PACKAGES, workdir / f"{root.name}.debootstrap.log", step)
     _copy_runtime(root)
@@ -166,19 +197,18 @@ def _make(root: Path, workdir: Path, inside: list[str]) -> dict[str, str]:
         target = root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name
         target.parent.mkdir(parents=True)
         shutil.copy2(NVIDIA_PLUGIN, target)
-    _mount_all(root, inside)
-    return _trust_host_cas(root, inside)
+    _copy_machine_files(root)
 
 
-def _run_command(root: Path, inside: list[str], session: str, log: Path, trust: dict[str, str]) -> int:
+def _run_command(on_machine: list[str], session: str, log: Path, trust: dict[str, str]) -> int:
     """One README command in the chroot, with CI's settings (.ci/run); its exit code, timed."""
     go, python = (path / "bin" for path in _runtime_paths())
     # PYTHONUNBUFFERED: pytest's dots reach the log (and the progress line) as they come, not at the end
     env = {**trust, "HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PATH": f"{go}:{python}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}
-    if (root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name).is_file():
+    if NVIDIA_PLUGIN.is_file():  # copied in by _make
         env["DRA_TESTBED_NVIDIA_PLUGIN"] = f"/work/shared/vendor/{NVIDIA_PLUGIN.name}"
-    command = [*inside, "chroot", str(root), "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in env.items()],
+    command = [*on_machine, "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in env.items()],
                "bash", "-c", f"cd /work/repo && {README_COMMANDS[session]}"]
     progress.note(f"fresh machine: `{README_COMMANDS[session]}` (log: {log})")
     started = time.monotonic()
