@@ -35,7 +35,7 @@ from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl")
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl", "kubectl")
 READY_TIMEOUT = 180.0
 MAX_NODES, MAX_GPUS = 256, 1024  # beyond these only with --allow-large (ClusterSpec.allow_large)
 FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
