@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from testbed.clusters.kwok.cluster import kwok_workdir
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.toolchain.resolve import ensure
 
@@ -28,6 +27,6 @@ def test_a_kwok_bed_comes_up_with_no_kubectl_on_path_and_kwokctl_takes_ours(bed,
     # assess: the bed comes up, and the kubectl kwokctl installed for it is ours, not a download
     with bed(LAYOUT, label="nokubectl", backend="kwok") as testbed:
         ours = ensure(request.config.option.k8s, ("kubectl",)).path("kubectl")
-        taken = kwok_workdir() / "clusters" / testbed.cluster.name / "bin" / "kubectl"
+        taken = testbed.cluster.kwok_dir / "bin" / "kubectl"
         assert taken.is_file(), f"kwokctl installed no kubectl in {taken.parent}: {sorted(p.name for p in taken.parent.iterdir())}"
         assert filecmp.cmp(taken, ours, shallow=False), f"{taken} is not the toolchain's {ours}"
