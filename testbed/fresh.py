@@ -29,7 +29,7 @@ from typing import Iterator
 
 from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import stream, terminate
-from testbed import leftovers, progress
+from testbed import hostdeps, leftovers, progress
 from testbed import freshnet
 from testbed.freshnet import private_network
 from testbed.clusters.kind.rootfs import debootstrap
@@ -51,9 +51,14 @@ class FreshError(RuntimeError):
 
 
 def _check_host() -> None:
+    """Root, and the host's packages this run uses (installed here when missing, as every feature does)."""
     if os.geteuid() != 0:
         raise FreshError("nox -s fresh needs root (debootstrap, chroot and mounts); without root, run the README's "
                          "two commands on a fresh VM or container of this kind instead")
+    try:
+        hostdeps.ensure("fresh")
+    except hostdeps.HostDepsMissing as exc:
+        raise FreshError(str(exc)) from exc
 
 
 def _runtime_paths() -> tuple[Path, Path]:

@@ -51,6 +51,8 @@ LIBSECCOMP_DEV = Package("libseccomp-dev", ("/usr/include/seccomp.h",))
 PKG_CONFIG = Package("pkg-config", ("pkg-config",))
 CHROMIUM = Package("chromium", ("chromium", "chromium-browser"))
 BUSYBOX = Package("busybox-static", ("/bin/busybox",))
+IPTABLES = Package("iptables", ("iptables",))
+IPROUTE2 = Package("iproute2", ("ip",))
 
 FEATURES: dict[str, tuple[str, tuple[Package, ...]]] = {
     "docker": ("the Docker engine of the kind backend", (DOCKER,)),
@@ -59,6 +61,8 @@ FEATURES: dict[str, tuple[str, tuple[Package, ...]]] = {
     "kind": ("the kind backend (Docker engine, offline node image)", (DOCKER, DEBOOTSTRAP, LIBSECCOMP_DEV, PKG_CONFIG)),
     "html": ("rendering HTML reports in headless Chromium", (CHROMIUM,)),
     "busybox": ("the busybox of the upstream DRA e2e images", (BUSYBOX,)),
+    # the fresh machine's own network namespace is NATed out with ip and iptables (testbed/freshnet.py)
+    "fresh": ("the fresh-machine run (`nox -s fresh`)", (DEBOOTSTRAP, IPTABLES, IPROUTE2)),
 }
 
 

@@ -27,3 +27,31 @@ def test_without_root_it_says_so_in_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "needs root" in out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_host_package_it_cannot_install_is_one_line_and_nothing_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh host has no iptables (it came with docker.io before): the run installs it or says so, never a traceback."""
+    from testbed import fresh, hostdeps
+
+    absent = hostdeps.Package("iptables", (str(tmp_path / "no-such-iptables"),))
+    monkeypatch.setitem(hostdeps.FEATURES, "fresh", (hostdeps.FEATURES["fresh"][0], (absent,)))
+    monkeypatch.setenv(hostdeps.SKIP_ENV, "1")  # apt-get may not run: the missing package must be named instead
+    monkeypatch.setattr(fresh.os, "geteuid", lambda: 0)
+
+    def got_past_the_preflight(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the run went on to make its network without the host's packages")
+
+    monkeypatch.setattr(fresh, "private_network", got_past_the_preflight)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(fresh.FreshError) as raised:
+        fresh.run(workdir, ["tests"])
+    assert "\n" not in str(raised.value) and "iptables" in str(raised.value) and "apt-get install" in str(raised.value)
+    assert list(workdir.iterdir()) == []
+
+
+def test_the_fresh_feature_names_every_host_command_the_run_uses() -> None:
+    from testbed import hostdeps
+
+    provided = {probe for package in hostdeps.FEATURES["fresh"][1] for probe in package.provides}
+    assert {"debootstrap", "iptables", "ip"} <= provided
