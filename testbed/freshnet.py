@@ -3,7 +3,8 @@
 Why: the README's test command starts a dockerd and kind networks. In the host's namespace they would
 share iptables chains, the docker0 bridge and kind's subnet with any dockerd a colleague or CI job runs
 there; in a namespace of its own the fresh machine is a machine of its own, as a container would be.
-Everything made here (namespace, veth, the three iptables rules) is undone on exit, also on failure.
+Everything made here (namespace, veth, the three iptables rules, forwarding turned on) is undone on exit, also on
+failure.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hostenv.mounts import mount_points
 
 SUBNET = ipaddress.ip_network("10.250.213.0/30")  # a /30 no one here routes; checked before use
 NETNS_DIR = Path("/run/netns")  # where `ip netns` names namespaces
+FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")  # the host's (this network namespace's)
 
 
 def _run(*args: str) -> None:
@@ -48,6 +50,33 @@ def leftovers(tag: str | None = None) -> list[str]:
     return left
 
 
+def _dockerd_here() -> bool:
+    """Whether a dockerd runs in this network namespace (it turns forwarding on at its start and relies on it)."""
+    own = os.readlink("/proc/self/ns/net")
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "dockerd" and os.readlink(proc / "ns" / "net") == own:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@contextmanager
+def forwarding(flag: Path = FORWARDING) -> Iterator[None]:
+    """IPv4 forwarding on while the block runs: a new machine has it off (a dockerd turns it on, which is why only
+    a machine that never ran one showed this), and without it the namespace reaches no registry. Turned off again
+    afterwards when it was off before, unless a dockerd started meanwhile and now relies on it."""
+    was_on = flag.read_text().strip() == "1"
+    if not was_on:
+        flag.write_text("1\n")
+    try:
+        yield
+    finally:
+        if not was_on and not _dockerd_here():
+            flag.write_text("0\n")
+
+
 @contextmanager
 def private_network(tag: str | None = None) -> Iterator[list[str]]:
     """A namespace with a default route through the host; yields the command prefix that runs in it."""
@@ -72,7 +101,8 @@ def private_network(tag: str | None = None) -> Iterator[list[str]]:
         for table, chain, *match in _rules(host_if):
             _run("iptables", "-t", table, "-I", chain, "1", *match)  # first: before any FORWARD DROP of a dockerd
             added.append((table, chain, *match))
-        yield ["nsenter", f"--net=/run/netns/{name}"]
+        with forwarding():
+            yield ["nsenter", f"--net=/run/netns/{name}"]
     finally:
         for table, chain, *match in added:
             _quiet("iptables", "-t", table, "-D", chain, *match)
