@@ -101,9 +101,13 @@ def _apt_command() -> list[str] | None:
     return None
 
 
+RUN_LOCK = Path("/run/lock")  # the FHS place for lock files: a tmpfs, so the lock never outlives a boot
+
+
 def _lock_path() -> Path:
     # machine-wide (not per user cache): apt's own lock is machine-wide too
-    return Path(tempfile.gettempdir()) / "dra-testbed-apt.lock"
+    folder = RUN_LOCK if RUN_LOCK.is_dir() and os.access(RUN_LOCK, os.W_OK) else Path(tempfile.gettempdir())
+    return folder / "dra-testbed-apt.lock"
 
 
 def _run_apt(apt: list[str], args: list[str], step: progress.Step, log: Path) -> tuple[int, str]:

@@ -106,3 +106,13 @@ def test_every_feature_names_real_debian_packages() -> None:
         assert not unknown, f"not known to apt: {unknown}"
     with pytest.raises(ValueError, match="valid:"):
         hostdeps.missing("no-such-feature")
+
+
+def test_the_machine_wide_lock_lives_in_run_lock_not_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock file is no record: it goes where the FHS puts locks (a tmpfs), not among /tmp's files that outlive runs."""
+    run_lock = tmp_path / "run-lock"
+    run_lock.mkdir()
+    monkeypatch.setattr(hostdeps, "RUN_LOCK", run_lock)
+    assert hostdeps._lock_path() == run_lock / "dra-testbed-apt.lock"
+    monkeypatch.setattr(hostdeps, "RUN_LOCK", tmp_path / "absent")  # a machine without /run/lock: the temp folder
+    assert hostdeps._lock_path().parent == Path(hostdeps.tempfile.gettempdir())
