@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,10 @@ NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN", "/work/shared/v
 PACKAGES = ("gcc", "libc6-dev", "make", "binutils", "git", "ca-certificates", "procps", "iproute2")
 MACHINE_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/hostname")
 REPO = Path(__file__).resolve().parents[1]
+# the containers folder of the Docker engine the project starts inside (hostenv.dirs' cache under the machine's
+# HOME, /root; testbed/clusters/kind/dockerd.py's engine_dir()/data)
+MACHINE_CONTAINERS = Path("root/.cache/dra-testbed/docker/data/containers")
+CGROUP_CONTAINER = re.compile(r"/docker/([0-9a-f]{64})\b")  # how dockerd names a container's cgroup
 FRESHROOT = Path(__file__).with_name("freshroot.py")  # run by the host's Python as a script: stdlib only
 
 
@@ -141,23 +146,46 @@ def _copy_machine_files(root: Path) -> None:
             shutil.copy2(name, root / name.lstrip("/"))
 
 
-def _left_by(root: Path, namespace: str | None) -> list[str]:
-    """What the fresh machine left: its processes, mounts under it in the host's namespace, the chroot, its network."""
-    left = [f"pid {pid}" for pid in _processes_in(namespace)]
+def _left_by(root: Path, namespace: str | None, containers: set[str]) -> list[str]:
+    """What the fresh machine left: its processes (those of its containers too), mounts under it in the host's
+    namespace, the chroot, its network."""
+    left = [f"pid {pid}" for pid in _processes_of(namespace, containers)]
     left += [f"mount {m}" for m in mounted_below(root)]
     left += [f"dir {root}"] if root.exists() else []
     return left + freshnet.leftovers()
 
 
-def _processes_in(namespace: str | None, spare: int | None = None) -> list[int]:
-    """The processes in mount namespace `namespace` (the machine's) but `spare`; none when it is unknown."""
-    return [pid for pid in leftovers.processes() if namespace and pid != spare and mount_namespace(pid) == namespace]
+def _containers_of(root: Path) -> set[str]:
+    """Ids of the containers the machine's Docker engine has made (read before the chroot goes)."""
+    folder = root / MACHINE_CONTAINERS
+    return {entry.name for entry in folder.iterdir()} if folder.is_dir() else set()
 
 
-def _stop_processes_in(namespace: str | None, spare: int | None = None) -> list[int]:
+def in_containers(containers: set[str], proc: Path = Path("/proc")) -> list[int]:
+    """The processes in the cgroup of one of `containers`: a kind node's systemd and kubelet have mount
+    namespaces of their own, and outlive a dockerd killed before it stopped them."""
+    found = []
+    for entry in proc.iterdir() if containers else ():
+        try:
+            cgroups = (entry / "cgroup").read_text() if entry.name.isdigit() else ""
+        except OSError:  # gone meanwhile
+            continue
+        if any(cid in containers for cid in CGROUP_CONTAINER.findall(cgroups)):
+            found.append(int(entry.name))
+    return found
+
+
+def _processes_of(namespace: str | None, containers: set[str], spare: int | None = None) -> list[int]:
+    """The machine's processes but `spare`: those in its mount namespace (`mnt:[INODE]`; none when it is unknown),
+    then those of its containers."""
+    own = [pid for pid in leftovers.processes() if namespace and pid != spare and mount_namespace(pid) == namespace]
+    return own + [pid for pid in in_containers(containers) if pid not in own]
+
+
+def _stop_processes_of(namespace: str | None, containers: set[str], spare: int | None = None) -> list[int]:
     """Stop every process of the machine but `spare`; its mount namespace, with every mount made inside, goes
     with the last of them. Returns their pids."""
-    inside = _processes_in(namespace, spare)
+    inside = _processes_of(namespace, containers, spare)
     for pid in inside:
         terminate(pid, grace=10)
     return inside
@@ -179,15 +207,16 @@ def run(workdir: Path, sessions: list[str], keep: bool = False) -> int:
                 trust = _trust_host_cas(root, fresh_machine.prefix)
                 codes = [_run_command(fresh_machine.prefix, session, workdir / f"{root.name}.{session}.log", trust) for session in sessions]
                 # its dockerd and the like, before the network they use goes
-                stopped = _stop_processes_in(namespace, spare=fresh_machine.holder)
+                stopped = _stop_processes_of(namespace, _containers_of(root), spare=fresh_machine.holder)
                 return next((code for code in codes if code), 0)
     finally:
-        stopped += _stop_processes_in(namespace)
+        containers = _containers_of(root)
+        stopped += _stop_processes_of(namespace, containers)
         unmount_below(root)  # none made from the host; kept so that removing the chroot never reaches into a mount
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
         progress.note(f"fresh machine: stopped {len(stopped)} processes left inside; what it left: "
-                      f"{_left_by(root, namespace) or 'nothing'}")
+                      f"{_left_by(root, namespace, containers) or 'nothing'}")
         changed = leftovers.diff(before, leftovers.snapshot())  # on a shared machine: other runs' changes too
         progress.note(f"fresh machine: host changes meanwhile (any run's): {changed.summary()}")
 
