@@ -16,20 +16,13 @@ def _flag(tmp_path: Path, value: str) -> Path:
     return flag
 
 
-def test_off_before_is_on_during_and_off_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("before", ["0", "1"])
+def test_on_during_the_run_and_as_found_after(before: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(freshnet, "_dockerd_here", lambda: False)
-    flag = _flag(tmp_path, "0")
+    flag = _flag(tmp_path, before)
     with freshnet.forwarding(flag):
         assert flag.read_text().strip() == "1"
-    assert flag.read_text().strip() == "0"
-
-
-def test_on_before_stays_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(freshnet, "_dockerd_here", lambda: False)
-    flag = _flag(tmp_path, "1")
-    with freshnet.forwarding(flag):
-        assert flag.read_text().strip() == "1"
-    assert flag.read_text().strip() == "1"
+    assert flag.read_text().strip() == before
 
 
 def test_a_dockerd_started_meanwhile_keeps_it_on_also_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
