@@ -12,9 +12,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
-# as root, setpriv runs the check as nobody (it exec's still holding its capabilities, so an interpreter under a
-# root-only /root starts); without root the check runs as we are, and switching user would need root anyway
-AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if ROOT else []
+# As root, setpriv runs the check as nobody. The interpreter may live under a root-only /root (pyenv; the fresh
+# machine has it at the same path): nobody keeps CAP_DAC_READ_SEARCH, ambient so that it survives the exec, to
+# load it. Without it the loader failed there (libpython: Permission denied) on a kernel that checks each path.
+# The check under test asks for euid 0, which nobody is not. Without root the check runs as we are.
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"] if ROOT else []
 
 
 @pytest.mark.skipif(ROOT and not shutil.which("setpriv"), reason="util-linux setpriv runs the check as another user")
