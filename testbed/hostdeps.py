@@ -23,6 +23,7 @@ from testbed import progress
 
 APT_LOCK_TIMEOUT = 600  # seconds apt-get waits for another apt/dpkg run on this machine
 SKIP_ENV = "DRA_TESTBED_NO_APT"  # set: never run apt-get, report what is missing instead
+RUN_LOCK = Path("/run/lock")  # the FHS place for lock files: a tmpfs, so the lock never outlives a boot
 
 
 class HostDepsMissing(RuntimeError):
@@ -99,9 +100,6 @@ def _apt_command() -> list[str] | None:
     if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
         return ["sudo", "-n", "apt-get"]
     return None
-
-
-RUN_LOCK = Path("/run/lock")  # the FHS place for lock files: a tmpfs, so the lock never outlives a boot
 
 
 def _lock_path() -> Path:
