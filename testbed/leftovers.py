@@ -129,6 +129,12 @@ def containers() -> list[str]:
     return sorted(out.stdout.split()) if out.returncode == 0 else []
 
 
+def links() -> list[str]:
+    """Names of this network namespace's interfaces (a bridge or veth a run made and left shows here)."""
+    folder = Path("/sys/class/net")
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
 def temp_entries() -> list[str]:
     """Names in the temporary directory that look like ours (dra-testbed*, tmp* made by tempfile)."""
     root = Path(tempfile.gettempdir())
@@ -145,6 +151,7 @@ class Found:
     files: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
     temp: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -178,7 +185,8 @@ def scan(marker: Path, ports: tuple[int, ...] = (), keep: tuple[str, ...] = (), 
 
 
 def snapshot() -> dict:
-    """The machine's test-bed-relevant state: component processes, listening ports, mounts, netns, containers, temp."""
+    """The machine's test-bed-relevant state: component processes, listening ports, mounts, netns, links, containers,
+    temp."""
     return {
         "processes": {str(pid): line for pid, line in processes().items()
                       if any(c in line.split(" ", 1)[0] or f"-m {c}" in line for c in COMPONENTS)},
@@ -186,6 +194,7 @@ def snapshot() -> dict:
         "mounts": mount_points(),
         "stale_mounts": stale_mounts(),
         "netns": network_namespaces(),
+        "links": links(),
         "containers": containers(),
         "temp": temp_entries(),
     }
@@ -200,5 +209,6 @@ def diff(before: dict, after: dict) -> Found:
                       (set(after.get("stale_mounts", [])) - set(before.get("stale_mounts", [])))),
         containers=sorted(set(after["containers"]) - set(before["containers"])),
         netns=sorted(set(after["netns"]) - set(before["netns"])),
+        links=sorted(set(after.get("links", [])) - set(before.get("links", []))),
         temp=sorted(set(after["temp"]) - set(before["temp"])),
     )

@@ -125,6 +125,7 @@ def _interrupt_and_check(tmp_path: Path, signum: int, phase_name: str, env: dict
     state = tmp_path / "state"
     engine_before = engine_running()
     stale_before = set(leftovers.stale_mounts())
+    links_before = set(leftovers.links())
     args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
             "--rootdir", str(folder), str(folder / "test_hold.py")]
     try:
@@ -143,6 +144,7 @@ def _interrupt_and_check(tmp_path: Path, signum: int, phase_name: str, env: dict
         assert set(leftovers.stale_mounts()) <= stale_before, sorted(set(leftovers.stale_mounts()) - stale_before)
         if not engine_before:
             assert not engine_running(), "the dockerd this run started still runs"
+            assert set(leftovers.links()) <= links_before, f"interfaces left: {sorted(set(leftovers.links()) - links_before)}"
     finally:  # a failed case must not leave a kind cluster running through the rest of the suite
         for container in _node_containers(name):
             subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=120)

@@ -25,6 +25,7 @@ from testbed import hostdeps, progress
 RUNTIME_NAME = "dra-testbed-runc"
 START_TIMEOUT = 60.0
 EXEC_ROOT = Path("/run/dra-testbed-docker")
+BRIDGE = "docker0"  # the default bridge every dockerd makes and, stopped, leaves behind
 _started_here: set[int] = set()  # pids of the dockerds this process started
 
 
@@ -130,11 +131,13 @@ def ensure_engine() -> str:
     config = write_daemon_config(write_runtime(real_runc))
     run_dir().mkdir(parents=True, exist_ok=True)
     log = run_dir() / "dockerd.log"
+    bridge_exists = _link_exists(BRIDGE)  # read before our dockerd makes it
     with progress.step(f"starting dockerd (log: {log})") as step, log.open("a") as sink:
         proc = subprocess.Popen(at_normal_priority([dockerd, "--config-file", str(config)]), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         (run_dir() / "dockerd.pid").write_text(str(proc.pid))
         _started_here.add(proc.pid)
+        remember_bridge(existed=bridge_exists)
         deadline = time.monotonic() + START_TIMEOUT
         while not engine_running():
             if proc.poll() is not None:
@@ -159,7 +162,38 @@ def stop_engine(timeout: float = 30.0) -> bool:
         pass
     (run_dir() / "dockerd.pid").unlink(missing_ok=True)
     unmount_engine()
+    remove_bridge_made()
     return True
+
+
+def _link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def remember_bridge(existed: bool) -> None:
+    """Note, when our dockerd starts, whether the default bridge is its to remove once it stops."""
+    marker = run_dir() / "bridge-made"
+    if existed:
+        marker.unlink(missing_ok=True)
+    else:
+        marker.write_text(BRIDGE + "\n")
+
+
+def remove_bridge_made() -> bool:
+    """Delete the default bridge our stopped dockerd made (dockerd leaves it; one that was there before stays)."""
+    marker = run_dir() / "bridge-made"
+    if not marker.exists() or started_pid() is not None:
+        return False
+    marker.unlink()
+    if not _link_exists(BRIDGE):
+        return False
+    if not shutil.which("ip"):
+        progress.note(f"our dockerd left its {BRIDGE} bridge; without iproute2's `ip` it stays (`ip link delete {BRIDGE}`)")
+        return False
+    done = subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        progress.note(f"could not delete the {BRIDGE} bridge our dockerd left: {done.stderr.strip()}")
+    return done.returncode == 0
 
 
 def engine_mounts() -> list[str]:
