@@ -65,7 +65,7 @@ def perf_binary(minor: str) -> tuple[Path, Path]:
         binary = folder / "dra.test"
         source = folder / "source"
         if not binary.exists():
-            log = folder.with_suffix(".build.log")
+            log = folder.with_name(f"{folder.name}.build.log")  # not with_suffix: v1.34.4 has a dot
             print(f"building scheduler_perf {release.kubernetes} (once; log {log})", flush=True)
             work, module = kubernetes_wrapper(f"scheduler-perf-{release.kubernetes}", release.kubernetes, staging,
                                               [PERF_PACKAGE.rsplit("/", 1)[0]], log)
