@@ -7,8 +7,6 @@ import time
 from typing import Any, Callable, Mapping
 
 import urllib3
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
 
 
 class WaitTimeout(AssertionError):
@@ -56,6 +54,9 @@ def _follow(list_func: Callable[..., Any], check: Callable[[Mapping[str, Any], l
     """List, then watch from that resourceVersion, until `check(objects by name, objects new since the
     last check)` answers something other than None, and return that; WaitTimeout with
     `describe(last object seen, objects)` when `timeout` runs out."""
+    from kubernetes import watch  # loaded on first use: `up` imports this module before the client is needed
+    from kubernetes.client.exceptions import ApiException
+
     selector = {"field_selector": f"metadata.name={name}"} if name else {}
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -101,6 +102,8 @@ def _item_type(list_func: Callable) -> str | None:
 
 def wait_gone(read_func: Callable[..., Any], *args: Any, timeout: float = 60.0, what: str = "deletion") -> None:
     """Wait until `read_func(*args)` answers 404."""
+    from kubernetes.client.exceptions import ApiException
+
     deadline = time.monotonic() + timeout
     while True:
         try:

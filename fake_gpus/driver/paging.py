@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 
-from kubernetes.client.exceptions import ApiException
-
 PAGE = 200
 
 
 def pages(list_call: Callable[..., object], **selectors: str) -> Iterator[dict]:
     """Every item `list_call` (e.g. ResourceV1Api.list_resource_slice) lists, as decoded JSON dicts."""
+    from kubernetes.client.exceptions import ApiException  # the caller has the client loaded; `up` imports this early
+
     token = None
     while True:
         try:

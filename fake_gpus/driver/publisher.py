@@ -15,7 +15,6 @@ nodes labelled dra-testbed.io/driver other than "ours" are another driver's (lef
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import queue
@@ -382,14 +381,6 @@ class Publisher:
             fn(*args)
         except Exception as exc:  # noqa: BLE001
             print(f"publisher: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr, flush=True)
-
-
-def preload_api_modules() -> None:
-    """Load the client's API modules now instead of on first use (CoreV1Api alone takes ~0.5 s).
-
-    Called while the control plane starts, so that time is off `up`'s critical path."""
-    for module in ("core_v1_api", "resource_v1_api", "version_api"):
-        importlib.import_module(f"kubernetes.client.api.{module}")
 
 
 def connect(kubeconfig: Path, timeout: float = 300.0) -> tuple[client.ApiClient, object]:

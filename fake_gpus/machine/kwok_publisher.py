@@ -26,7 +26,8 @@ from fake_gpus.driver.credentials import NodeIdentity, NodeTokens
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary
-from fake_gpus.driver.publisher import Publisher, connect, preload_api_modules
+from fake_gpus.driver.client_modules import preload_api_modules
+from fake_gpus.driver.publisher import Publisher, connect
 from fake_gpus.driver.slices import api_limits, server_minor
 from fake_gpus.machine.provision import provision
 

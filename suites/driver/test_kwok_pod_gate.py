@@ -15,7 +15,8 @@ import pytest
 
 from fake_gpus.driver.faults import fault_env
 from testbed.clusters.kwok.stages import STAGES_ENV, StagesError, stages_yaml
-from testbed.kubelet.daemon import FAILED_REASON, PREPARED_ANNOTATION
+from testbed.kubelet import PREPARED_ANNOTATION
+from testbed.kubelet.daemon import FAILED_REASON
 from testbed.namespaces import create_namespace
 from testbed.pytest_plugin import TestBed
 from testbed.waiting import until

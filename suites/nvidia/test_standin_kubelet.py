@@ -16,7 +16,8 @@ import threading
 import pytest
 
 from fake_gpus.nvml import state
-from testbed.kubelet.daemon import FAILED_REASON, PREPARED_ANNOTATION, daemon_for
+from testbed.kubelet import PREPARED_ANNOTATION
+from testbed.kubelet.daemon import FAILED_REASON, daemon_for
 from testbed.nvidia import plugin
 from testbed.waiting import until
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, config
 
 from testbed.cli import main
-from testbed.kubelet.daemon import PREPARED_ANNOTATION
+from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.nvidia.plugin import DRIVER
 
 pytestmark = pytest.mark.cluster

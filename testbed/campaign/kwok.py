@@ -18,7 +18,7 @@ from testbed.campaign.probes import all_of, ready_file_probe, url_probe
 from testbed.campaign.supervisor import Unit
 from testbed.clusters.kwok.driver import plugin_dir as kwok_plugin_dir
 from testbed.clusters.layout import Layout
-from testbed.kubelet.daemon import PREPARED_ANNOTATION
+from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.process import KUBELET_PID, ON_DEMAND_DIR
 
 # component kind -> kwokctl's name for its process

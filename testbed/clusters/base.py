@@ -12,13 +12,15 @@ import json
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from kubernetes import client, config
+from typing import TYPE_CHECKING
 
 from hostenv.dirs import state_root
 from hostenv.versions import DEFAULT_MINOR
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout
+
+if TYPE_CHECKING:  # the client is loaded on first use: `up` loads it while the control plane starts
+    from kubernetes import client
 
 DEFAULT_NAME = "dra-testbed"
 
@@ -107,10 +109,14 @@ class Cluster(abc.ABC):
 
     def api_client(self) -> client.ApiClient:
         """A Kubernetes API client for this cluster."""
+        from kubernetes import config
+
         return config.new_client_from_config(config_file=str(self.kubeconfig()))
 
     def api_summary(self) -> tuple[str, int, int]:
         """Server version, node count and ResourceSlice count; raises when the apiserver does not answer."""
+        from kubernetes import client
+
         api = self.api_client()
         try:
             version = client.VersionApi(api).get_code().git_version

@@ -9,10 +9,14 @@ it sees the node.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import yaml
-from kubernetes import client, utils
 
 from testbed.templates import render_template
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 DRIVER_NAMESPACE = "dra-testbed-driver"
 DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
@@ -25,6 +29,8 @@ def identity_manifest() -> str:
 
 def apply_identity(api: client.ApiClient) -> None:
     """Create the identity objects; those that exist already are left as they are (a restarted `up`)."""
+    from kubernetes import utils  # loaded when used: `up` imports this module before the control plane starts
+
     for body in yaml.safe_load_all(identity_manifest()):
         try:
             utils.create_from_dict(api, body)

@@ -29,10 +29,10 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from hostenv.processes import terminate
+from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.process import OnDemand
 from testbed.kubelet.standin import PrepareError, StandInKubelet, holds_claims
 
-PREPARED_ANNOTATION = "dra-testbed.io/claims-prepared"
 FAILED_REASON = "FailedPrepareDynamicResources"  # the kubelet's event reason for a failed prepare
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 START_GRACE = 60.0  # seconds an on-demand plugin may take to register (Python start-up on a loaded machine)

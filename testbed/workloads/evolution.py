@@ -22,7 +22,7 @@ from fake_gpus.node import Mode, NodeHardware, parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import NodeSpec
 from testbed.drain import cordon, drain
-from testbed.kubelet.daemon import PREPARED_ANNOTATION
+from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.conformance.slice_diff import fingerprint, restart_changes
 from testbed.workloads.fleet_facts import fleet_facts, leaked, stranded
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest

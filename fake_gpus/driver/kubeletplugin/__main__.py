@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fake_gpus.driver.faults import UnknownFaultError, active_faults
 from fake_gpus.driver.identity import current_identity
-from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, MIG_STATIC
+from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC
 from fake_gpus.driver.kubeletplugin.server import KubeletPlugin, PluginConfig, log
 from hostenv.versions import DEFAULT_MINOR
 

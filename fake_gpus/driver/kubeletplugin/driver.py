@@ -14,13 +14,11 @@ from typing import Callable
 import pynvml
 
 from fake_gpus.driver.identity import parse_device_name
-from fake_gpus.driver.kubeletplugin import cdi
+from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC, cdi
 from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, PREPARING, Checkpoint, ClaimRecord, MigRecord, PreparedDevice
 from fake_gpus.driver.kubeletplugin.claims import AllocatedDevice, ClaimError, allocated_devices
 from fake_gpus.driver.nvml_adapter import DeviceError, MigDevice, Nvml, Placement
 
-MIG_DYNAMIC = "dynamic"  # a MIG device missing from NVML is created at its placement
-MIG_STATIC = "static"  # MIG devices must already exist; a missing one is an error
 
 
 @dataclass(frozen=True)

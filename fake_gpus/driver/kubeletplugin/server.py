@@ -11,11 +11,11 @@ from pathlib import Path
 
 import grpc
 
-from fake_gpus.driver.kubeletplugin import cdi
+from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, cdi
 from fake_gpus.driver.kubeletplugin.calllog import SELF_CHECK, CallLog
 from fake_gpus.driver.kubeletplugin.checkpoint import Checkpoint
 from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
-from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, ClaimRef, Driver, DriverSettings
+from fake_gpus.driver.kubeletplugin.driver import ClaimRef, Driver, DriverSettings
 from fake_gpus.driver.nvml_adapter import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
 from fake_gpus.driver.readiness import ReadyServer

@@ -9,15 +9,13 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 from filelock import FileLock
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.paging import pages
-from fake_gpus.driver.publisher import preload_api_modules
+from fake_gpus.driver.client_modules import preload_api_modules
 from hostenv.dirs import state_root
 from hostenv.processes import alive, run_group, started_from, terminate
 from hostenv.versions import release_for
@@ -34,6 +32,9 @@ from testbed.clusters.kwok.tuning import component_patches
 from testbed.clusters.layout import Layout, check_layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl", "kubectl")
 READY_TIMEOUT = 180.0
@@ -243,7 +244,10 @@ class KwokCluster(Cluster):
 
     def add_nodes(self, api: client.ApiClient, layout: Layout, report: Callable[[str], None] | None = None) -> None:
         """Create the layout's Node objects (the KWOK controller then keeps them Ready); `report` hears how far."""
-        core = client.CoreV1Api(api)
+        from kubernetes.client import CoreV1Api
+        from kubernetes.client.exceptions import ApiException
+
+        core = CoreV1Api(api)
         for done, node in enumerate(layout.nodes):
             if report and done % 10 == 0:
                 report(f"{done}/{len(layout.nodes)} nodes created")
@@ -256,8 +260,9 @@ class KwokCluster(Cluster):
     def wait_schedulable(self, api: client.ApiClient, layout: Layout, timeout: float = READY_TIMEOUT,
                          report: Callable[[str], None] | None = None) -> None:
         """Wait until every layout node is Ready and has its slice, and the default service account exists."""
-        core = client.CoreV1Api(api)
-        resource = client.ResourceV1Api(api)
+        from kubernetes.client import CoreV1Api, ResourceV1Api
+
+        core, resource = CoreV1Api(api), ResourceV1Api(api)
         deadline = time.monotonic() + timeout
         wanted = {n.name for n in layout.nodes}
         while True:

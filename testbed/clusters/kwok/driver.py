@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fake_gpus.driver.kubeletplugin.driver import MIG_DYNAMIC, MIG_STATIC
+from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC
 from fake_gpus.machine import launch
 from fake_gpus.nvml.build import ensure_library
 from hostenv.dirs import remove_tree

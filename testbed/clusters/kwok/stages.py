@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from hostenv.goenv import go_binary, go_env
-from testbed.kubelet.daemon import PREPARED_ANNOTATION
+from testbed.kubelet import PREPARED_ANNOTATION
 
 MODULE = "sigs.k8s.io/kwok"
 # the Stages kwokctl adds when the config has none (pkg/kwokctl/runtime/cluster.go, lease on by default)
