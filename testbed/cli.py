@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import signal
@@ -271,5 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"interrupted{f' ({signal.Signals(signum).name})' if signum else ''}; cleaned up", interrupts.exit_code())
 
 
+def run() -> None:
+    """The `dra-testbed` executable: `main`, then an exit that does not walk the heap."""
+    code = main()
+    # Everything left is freed by the exit itself. Without the freeze, the interpreter's shutdown collects
+    # the Kubernetes client's hundreds of thousands of objects first: 0.15 s idle, a second on a loaded
+    # machine, after `up` has printed its kubeconfig. Finalizers, atexit hooks and flushes still run.
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
