@@ -12,7 +12,8 @@ MODULES = ("kubernetes.config", "kubernetes.client.exceptions", "kubernetes.util
            "kubernetes.client.api.resource_v1_api", "kubernetes.client.api.version_api")
 
 
-def preload_api_modules() -> None:
-    """Import the client and its API modules now (safe from a thread: imports take a lock per module)."""
-    for module in MODULES:
+def preload_api_modules(*extra: str) -> None:
+    """Import the client, its API modules and the `extra` ones now (safe from a thread: imports take a lock per
+    module)."""
+    for module in (*MODULES, *extra):
         importlib.import_module(module)

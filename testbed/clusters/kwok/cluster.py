@@ -22,6 +22,7 @@ from hostenv.versions import release_for
 from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
+from testbed.clusters.driver_identity import API_MODULES as IDENTITY_API_MODULES
 from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
@@ -120,7 +121,7 @@ class KwokCluster(Cluster):
         try:
             # the driver starts first and waits for the kubeconfig: its start-up overlaps the control plane's
             driver.spawn(self.home, self.home / "kubeconfig", spec.layout)
-            threading.Thread(target=preload_api_modules, daemon=True).start()  # while kwokctl works
+            threading.Thread(target=preload_api_modules, args=IDENTITY_API_MODULES, daemon=True).start()  # while kwokctl works
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
                 kubeconfig = self._start_control_plane(toolchain, spec, stages)
             with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices") as step:
