@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("kubernetes.config", "kubernetes.client.exceptions", "kubernetes.utils", "kubernetes.client.api.core_v1_api",
+MODULES = ("kubernetes.config", "kubernetes.client.exceptions", "kubernetes.client.api.core_v1_api",
            "kubernetes.client.api.resource_v1_api", "kubernetes.client.api.version_api")
 
 

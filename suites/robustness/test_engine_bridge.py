@@ -49,7 +49,7 @@ def test_the_bridge_our_dockerd_made_goes_when_it_stops(tmp_path: Path) -> None:
     out = _in_own_network(tmp_path, """
         before = set(leftovers.links())
         sleeper = stand_in_engine()
-        dockerd.remember_bridge(existed=dockerd._link_exists(dockerd.BRIDGE))
+        dockerd.remember_bridge()
         subprocess.run(["ip", "link", "add", dockerd.BRIDGE, "type", "bridge"], check=True)
         out["while_running"] = sorted(set(leftovers.links()) - before)
         out["stopped"] = dockerd.stop_engine(timeout=5)
@@ -63,7 +63,7 @@ def test_a_bridge_that_was_there_before_stays(tmp_path: Path) -> None:
     out = _in_own_network(tmp_path, """
         subprocess.run(["ip", "link", "add", dockerd.BRIDGE, "type", "bridge"], check=True)  # another engine's
         sleeper = stand_in_engine()
-        dockerd.remember_bridge(existed=dockerd._link_exists(dockerd.BRIDGE))
+        dockerd.remember_bridge()
         out["stopped"] = dockerd.stop_engine(timeout=5)
         sleeper.wait(timeout=10)
         out["links"] = leftovers.links()

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
 DRIVER_NAMESPACE = "dra-testbed-driver"
 DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
-# the client's typed APIs that create the manifest's kinds (RBAC, admission policies): over a second of imports
-# on a loaded machine, which `up` preloads while the control plane starts
-API_MODULES = ("kubernetes.client.api.rbac_authorization_v1_api", "kubernetes.client.api.admissionregistration_v1_api")
+# what `apply_identity` loads: the client's creation helper and the typed APIs of the manifest's kinds (RBAC,
+# admission policies), over a second of imports on a loaded machine, which `up` preloads while the control plane starts
+API_MODULES = ("kubernetes.utils", "kubernetes.client.api.rbac_authorization_v1_api",
+               "kubernetes.client.api.admissionregistration_v1_api")
 
 
 def identity_manifest() -> str:

@@ -20,7 +20,6 @@ from fake_gpus.driver.kubeletplugin.claims import AllocatedDevice, ClaimError, a
 from fake_gpus.driver.nvml_adapter import DeviceError, MigDevice, Nvml, Placement
 
 
-
 @dataclass(frozen=True)
 class ClaimRef:
     namespace: str

@@ -131,13 +131,12 @@ def ensure_engine() -> str:
     config = write_daemon_config(write_runtime(real_runc))
     run_dir().mkdir(parents=True, exist_ok=True)
     log = run_dir() / "dockerd.log"
-    bridge_exists = _link_exists(BRIDGE)  # read before our dockerd makes it
     with progress.step(f"starting dockerd (log: {log})") as step, log.open("a") as sink:
+        remember_bridge()  # before our dockerd makes it
         proc = subprocess.Popen(at_normal_priority([dockerd, "--config-file", str(config)]), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         (run_dir() / "dockerd.pid").write_text(str(proc.pid))
         _started_here.add(proc.pid)
-        remember_bridge(existed=bridge_exists)
         deadline = time.monotonic() + START_TIMEOUT
         while not engine_running():
             if proc.poll() is not None:
@@ -170,10 +169,10 @@ def _link_exists(name: str) -> bool:
     return Path("/sys/class/net", name).exists()
 
 
-def remember_bridge(existed: bool) -> None:
-    """Note, when our dockerd starts, whether the default bridge is its to remove once it stops."""
+def remember_bridge() -> None:
+    """Note, before our dockerd starts, whether the default bridge will be its own to remove once it stops."""
     marker = run_dir() / "bridge-made"
-    if existed:
+    if _link_exists(BRIDGE):
         marker.unlink(missing_ok=True)
     else:
         marker.write_text(BRIDGE + "\n")

@@ -22,8 +22,7 @@ from hostenv.versions import release_for
 from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
-from testbed.clusters.driver_identity import API_MODULES as IDENTITY_API_MODULES
-from testbed.clusters.driver_identity import apply_identity
+from testbed.clusters.driver_identity import API_MODULES as IDENTITY_API_MODULES, apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
