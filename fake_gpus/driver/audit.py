@@ -76,10 +76,14 @@ def _hook(event: str, args: tuple) -> None:
 
 
 def report() -> dict:
-    """Our loaded modules and the violations seen so far."""
-    modules = sorted(name for name in list(sys.modules) if name.startswith(_OURS))
+    """Our loaded modules, the Kubernetes client's typed API modules loaded (seconds of CPU each to import,
+    see fake_gpus/driver/rest.py) and the violations seen so far."""
+    loaded = list(sys.modules)
+    modules = sorted(name for name in loaded if name.startswith(_OURS))
+    client_apis = sorted(name for name in loaded if name.startswith("kubernetes.client.api."))
     with _lock:
-        return {"pid": os.getpid(), "argv": sys.argv, "modules": modules, "violations": list(_violations)}
+        return {"pid": os.getpid(), "argv": sys.argv, "modules": modules, "client_apis": client_apis,
+                "violations": list(_violations)}
 
 
 def write_report(directory: Path | None = None) -> Path:

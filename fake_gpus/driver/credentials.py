@@ -16,8 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from kubernetes import client
+
+from fake_gpus.driver import rest
 
 LIFETIME_SECONDS = 24 * 3600
 RENEW_FRACTION = 0.8  # a token is renewed once this share of its lifetime has passed
@@ -54,7 +57,7 @@ class NodeTokens:
     publisher's write pool asks for tokens of many nodes at once, each requested once."""
 
     def __init__(self, api: client.ApiClient, identity: NodeIdentity, lifetime: int = LIFETIME_SECONDS) -> None:
-        self.core = client.CoreV1Api(api)  # `api` (the machine's own credential) requests the tokens
+        self.owner = api  # the machine's own credential requests the tokens
         self.api = anonymous_client(api)  # the nodes' requests: no credential of its own, each carries its token
         self.identity = identity
         self.lifetime = lifetime
@@ -71,7 +74,7 @@ class NodeTokens:
             token = self._tokens.get(node)
             if token is None or (uid is not None and token.uid != uid) or time.monotonic() >= token.renew_at:
                 if uid is None:
-                    uid = token.uid if token else self.core.read_node(node).metadata.uid
+                    uid = token.uid if token else rest.request(self.owner, "GET", f"/api/v1/nodes/{node}")["metadata"]["uid"]
                 token = self._request(node, uid)
                 self._tokens[node] = token
             return f"Bearer {token.bearer}"
@@ -84,10 +87,12 @@ class NodeTokens:
 
     def _request(self, node: str, uid: str) -> _Token:
         started = time.monotonic()
-        review = self.core.create_namespaced_service_account_token(
-            self.identity.service_account, self.identity.namespace,
-            {"spec": {"expirationSeconds": self.lifetime,
+        review = rest.create(
+            self.owner, f"/api/v1/namespaces/{self.identity.namespace}/serviceaccounts/{self.identity.service_account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": self.lifetime,
                       "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}}})
         self.requested += 1
-        granted = review.status.expiration_timestamp.timestamp() - time.time()  # the server may shorten it
-        return _Token(uid, review.status.token, started + max(granted, 60.0) * RENEW_FRACTION)
+        expires = datetime.fromisoformat(review["status"]["expirationTimestamp"])  # RFC 3339, e.g. ...T19:00:00Z
+        granted = expires.timestamp() - time.time()  # the server may shorten it
+        return _Token(uid, review["status"]["token"], started + max(granted, 60.0) * RENEW_FRACTION)

@@ -18,9 +18,11 @@ from pathlib import Path
 
 from kubernetes import client
 
+from fake_gpus.driver import rest
 from fake_gpus.driver.faults import active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary
+from fake_gpus.driver.paging import pages
 from fake_gpus.driver.kubeletplugin.claims import api_client
 from fake_gpus.driver.readiness import ReadyServer
 from fake_gpus.driver.publisher import POLL_SECONDS, Publisher, _state_stamp, node_config
@@ -35,8 +37,8 @@ def _repair(publisher: "NodePublisher", node: str) -> bool:
     """Republish when the node's slices in the API are not the ones published (and say so: False): the
     kubelet deletes a driver's slices some 30 s after its plugin went away (a restart of the driver's pod
     can race it), and so may anyone with the rights; nothing in NVML changed, so only this notices."""
-    names = {s.metadata.name for s in publisher.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-             if s.spec.driver == publisher.identity.driver}
+    names = {s["metadata"]["name"] for s in pages(publisher.slices, field_selector=f"spec.nodeName={node}")
+             if s["spec"]["driver"] == publisher.identity.driver}
     if names != set(publisher.published.get(node, (0, {}))[1]):
         print(f"node-publisher: the slices of {node} in the API are not the ones published; publishing again", flush=True)
         publisher.reload_published(node)
@@ -74,7 +76,7 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str, re
                               limits, node_state_dir=state_dir)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: publisher.stop.set())
-    cfg = node_config(publisher.core.read_node(node_name))
+    cfg = node_config(rest.request(api, "GET", f"/api/v1/nodes/{node_name}", returns="V1Node"))
     if cfg is None:
         print(f"node-publisher: node {node_name} carries no dra-testbed.io/board label; nothing to publish", file=sys.stderr, flush=True)
         ready.reason = None  # nothing to publish is this node's job done

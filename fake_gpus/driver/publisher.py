@@ -30,6 +30,7 @@ from typing import Callable
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from fake_gpus.driver import rest
 from fake_gpus.driver.credentials import NodeTokens
 from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
@@ -43,6 +44,7 @@ POLL_SECONDS = 1.0  # how often state directories are checked for changes
 WORKERS = 8  # concurrent API writes
 MACHINE_WORKERS = 4  # threads making nodes' hardware files (first publish)
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
+NODES, SLICES = "/api/v1/nodes", "/apis/resource.k8s.io/v1/resourceslices"
 # makes a node's hardware in its state dir (the machine's part); fresh=True: remade as asked, nothing kept
 Provision = Callable[..., object]
 
@@ -103,8 +105,8 @@ class Publisher:
                  credentials: NodeTokens | None = None) -> None:
         self.api = api
         self.credentials = credentials  # each node's slices written with that node's token (KWOK); None: `api`'s own
-        self.resource = client.ResourceV1Api(api)
-        self.core = client.CoreV1Api(api)
+        self.slices = rest.lister(api, SLICES)
+        self.list_nodes = rest.lister(api, NODES)
         self.nvml = nvml
         self.state_root = state_root
         self.provisioner = provision
@@ -178,7 +180,7 @@ class Publisher:
             for setting in cfg.auth_settings().values():  # token from a kubeconfig or a service account alike
                 if setting.get("in") == "header" and setting.get("value"):
                     headers[setting["key"]] = setting["value"]
-        return pool.request(method, f"{cfg.host}/apis/resource.k8s.io/v1/resourceslices{path}", body=body,
+        return pool.request(method, f"{cfg.host}{SLICES}{path}", body=body,
                             headers=headers, preload_content=True)
 
     @staticmethod
@@ -244,10 +246,10 @@ class Publisher:
         each slice), keeping the highest pool generation so generations only grow."""
         generation, _ = self.published.get(node, (0, {}))
         specs: dict = {}
-        for item in self.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
-            if item.spec.driver == self.identity.driver:
-                specs[item.metadata.name] = None
-                generation = max(generation, item.spec.pool.generation)
+        for item in pages(self.slices, field_selector=f"spec.nodeName={node}"):
+            if item["spec"]["driver"] == self.identity.driver:
+                specs[item["metadata"]["name"]] = None
+                generation = max(generation, item["spec"]["pool"]["generation"])
         self.published[node] = (generation, specs)
 
     def load_published(self) -> None:
@@ -256,7 +258,7 @@ class Publisher:
         at a higher generation, so generations keep increasing."""
         churn = "restart-churn" in self.faults
         # paged and undecoded: a thousand nodes' slices are hundreds of MB
-        for s in pages(self.resource.list_resource_slice, field_selector=f"spec.driver={self.identity.driver}"):
+        for s in pages(self.slices, field_selector=f"spec.driver={self.identity.driver}"):
             node = s["spec"].get("nodeName") or ""
             generation, specs = self.published.get(node, (0, {}))
             specs[s["metadata"]["name"]] = None  # content unknown to the stamper
@@ -289,17 +291,13 @@ class Publisher:
         for body in self.identity.device_classes():
             if "class-selects-all" in self.faults and body["metadata"]["name"] == self.identity.gpu_class:
                 body["spec"]["selectors"] = [{"cel": {"expression": f"device.driver == '{self.identity.driver}'"}}]
-            try:
-                self.resource.create_device_class(body=body, _preload_content=False)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+            rest.create(self.api, "/apis/resource.k8s.io/v1/deviceclasses", body, exist_ok=True)
 
     def initial(self) -> str:
         """Classes, then every labelled node; returns the node list's resourceVersion for the watch."""
         self.apply_classes()
         self.load_published()
-        listing = self.core.list_node()
+        listing = rest.request(self.api, "GET", NODES, returns="V1NodeList")
         futures: list[Future] = []
         wanted = [c for c in map(node_config, listing.items) if c is not None and c.name not in self.nodes]
         # The machine's part (files of every node's hardware and OS views) waits on the disk more than it
@@ -322,16 +320,16 @@ class Publisher:
     # ----------------------------------------------------------------- loop
     def _watch_nodes(self, events: queue.Queue, resource_version: str) -> None:
         while not self.stop.is_set():
-            stream = watch.Watch()
+            stream = watch.Watch(return_type="V1Node")
             try:
-                for event in stream.stream(self.core.list_node, resource_version=resource_version, timeout_seconds=60):
+                for event in stream.stream(self.list_nodes, resource_version=resource_version, timeout_seconds=60):
                     resource_version = event["object"].metadata.resource_version
                     events.put((event["type"], event["object"]))
                     if self.stop.is_set():
                         break
             except ApiException as exc:
                 if exc.status == 410:  # expired: relist and report everything as current
-                    listing = self.core.list_node()
+                    listing = rest.request(self.api, "GET", NODES, returns="V1NodeList")
                     resource_version = listing.metadata.resource_version
                     events.put(("RELIST", listing.items))
                 else:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from fake_gpus.driver import rest
 from testbed.templates import render_template
 
 if TYPE_CHECKING:
@@ -20,10 +21,11 @@ if TYPE_CHECKING:
 
 DRIVER_NAMESPACE = "dra-testbed-driver"
 DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
-# what `apply_identity` loads: the client's creation helper and the typed APIs of the manifest's kinds (RBAC,
-# admission policies), over a second of imports on a loaded machine, which `up` preloads while the control plane starts
-API_MODULES = ("kubernetes.utils", "kubernetes.client.api.rbac_authorization_v1_api",
-               "kubernetes.client.api.admissionregistration_v1_api")
+# the manifest's kinds -> their resource names: created by path (fake_gpus.driver.rest), since the client's
+# typed APIs for them (core, RBAC, admission policies) cost over 2 s of CPU to import while the control plane starts
+RESOURCES = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
+             "ClusterRoleBinding": "clusterrolebindings", "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+             "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
 
 
 def identity_manifest() -> str:
@@ -31,13 +33,15 @@ def identity_manifest() -> str:
     return render_template("driver-identity.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT)
 
 
+def collection_path(body: dict) -> str:
+    """The API path of the collection `body` (one of RESOURCES' kinds) is created in."""
+    version = body["apiVersion"]
+    namespace = body["metadata"].get("namespace")
+    return (("/api/v1" if version == "v1" else f"/apis/{version}")
+            + (f"/namespaces/{namespace}" if namespace else "") + f"/{RESOURCES[body['kind']]}")
+
+
 def apply_identity(api: client.ApiClient) -> None:
     """Create the identity objects; those that exist already are left as they are (a restarted `up`)."""
-    from kubernetes import utils  # loaded when used: `up` imports this module before the control plane starts
-
     for body in yaml.safe_load_all(identity_manifest()):
-        try:
-            utils.create_from_dict(api, body)
-        except utils.FailToCreateError as exc:
-            if any(e.status != 409 for e in exc.api_exceptions):
-                raise
+        rest.create(api, collection_path(body), body, exist_ok=True)

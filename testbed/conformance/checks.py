@@ -114,7 +114,8 @@ CHECKS: tuple[Check, ...] = (
     Check("sched.generated", MUST,
           "Generated workloads on the driver's slices allocate as the reference model says: sound, complete, fallback in order, freed on departure.",
           (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
-          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute", *UNDERDECLARED)),
+          ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute", "wrong-memory",
+           *UNDERDECLARED)),
     # --------------------------------------------------------------------- node side (kubelet plugin)
     # Every node-side check starts pods: a driver that never prepares (prepare-fails, prepare-hangs) fails
     # them all, so those two faults are tied to each (LIFECYCLE).

@@ -168,6 +168,12 @@ def force_delete_unprepare(subject: Subject, evidence: Evidence) -> None:
     no_leftover_mig(subject, node, evidence, "after its pod was force-deleted")
 
 
+# How long a kubelet may take to try a failed prepare again: not a sync error to back off from (10 s), since
+# kuberuntime's SyncPod records the event and returns without failing its result, but the pod's next resync,
+# every syncFrequency (1 min) with 0.5 jitter (pkg/kubelet/pod_workers.go): 60-90 s (73-78 s seen on kind).
+KUBELET_RETRY = 90.0
+
+
 def prepare_retried(subject: Subject, evidence: Evidence) -> None:
     """The driver is kept off the node while a pod is bound there (the kubelet's prepare fails), then
     comes back: the kubelet retries and the pod must start."""
@@ -182,7 +188,7 @@ def prepare_retried(subject: Subject, evidence: Evidence) -> None:
                 raise NotRun("no failed prepare was seen while the driver was off the node; nothing to retry")
             time.sleep(1)
         evidence.write("events-while-paused.json", wp.events(subject, namespace, pod))
-    wp.wait_running(subject, namespace, pod)
+    wp.wait_running(subject, namespace, pod, timeout=wp.START_TIMEOUT + KUBELET_RETRY)
     evidence.write("events.json", wp.events(subject, namespace, pod))
     evidence.write("view.json", wp.view(subject, namespace, pod))
 

@@ -15,6 +15,7 @@ import yaml
 from filelock import FileLock
 
 from fake_gpus.driver.paging import pages
+from fake_gpus.driver import rest
 from fake_gpus.driver.client_modules import preload_api_modules
 from hostenv.dirs import state_root
 from hostenv.processes import alive, run_group, started_from, terminate
@@ -22,7 +23,7 @@ from hostenv.versions import release_for
 from testbed import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
-from testbed.clusters.driver_identity import API_MODULES as IDENTITY_API_MODULES, apply_identity
+from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
 from testbed.clusters.kwok.nodes import node_object
@@ -120,7 +121,7 @@ class KwokCluster(Cluster):
         try:
             # the driver starts first and waits for the kubeconfig: its start-up overlaps the control plane's
             driver.spawn(self.home, self.home / "kubeconfig", spec.layout)
-            threading.Thread(target=preload_api_modules, args=IDENTITY_API_MODULES, daemon=True).start()  # while kwokctl works
+            threading.Thread(target=preload_api_modules, daemon=True).start()  # while kwokctl works
             with progress.step(f"starting kwok cluster {self.name} (Kubernetes {release.kubernetes})"):
                 kubeconfig = self._start_control_plane(toolchain, spec, stages)
             with progress.step(f"adding {len(spec.layout.nodes)} GPU nodes and their ResourceSlices") as step:
@@ -244,34 +245,24 @@ class KwokCluster(Cluster):
 
     def add_nodes(self, api: client.ApiClient, layout: Layout, report: Callable[[str], None] | None = None) -> None:
         """Create the layout's Node objects (the KWOK controller then keeps them Ready); `report` hears how far."""
-        from kubernetes.client import CoreV1Api
-        from kubernetes.client.exceptions import ApiException
-
-        core = CoreV1Api(api)
         for done, node in enumerate(layout.nodes):
             if report and done % 10 == 0:
                 report(f"{done}/{len(layout.nodes)} nodes created")
-            try:
-                core.create_node(body=node_object(node))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+            rest.create(api, "/api/v1/nodes", node_object(node), exist_ok=True)
 
     def wait_schedulable(self, api: client.ApiClient, layout: Layout, timeout: float = READY_TIMEOUT,
                          report: Callable[[str], None] | None = None) -> None:
         """Wait until every layout node is Ready and has its slice, and the default service account exists."""
-        from kubernetes.client import CoreV1Api, ResourceV1Api
-
-        core, resource = CoreV1Api(api), ResourceV1Api(api)
+        list_nodes, list_slices = rest.lister(api, "/api/v1/nodes"), rest.lister(api, "/apis/resource.k8s.io/v1/resourceslices")
         deadline = time.monotonic() + timeout
         wanted = {n.name for n in layout.nodes}
         while True:
             checked = time.monotonic()
             # undecoded and paged: decoding a large fleet's nodes and slices into objects takes seconds each
-            ready = {n["metadata"]["name"] for n in pages(core.list_node)
+            ready = {n["metadata"]["name"] for n in pages(list_nodes)
                      if any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or [])}
-            sliced = {s["spec"].get("nodeName") for s in pages(resource.list_resource_slice)}
-            accounts = core.list_namespaced_service_account("default").items
+            sliced = {s["spec"].get("nodeName") for s in pages(list_slices)}
+            accounts = rest.request(api, "GET", "/api/v1/namespaces/default/serviceaccounts", limit=1)["items"]
             if wanted <= ready and wanted <= sliced and accounts:
                 return
             if report:
