@@ -242,15 +242,23 @@ class Publisher:
             raise
 
     def reload_published(self, node: str) -> None:
-        """Believe published, for `node`, what the API holds (contents unknown, so the next sync rewrites
-        each slice), keeping the highest pool generation so generations only grow."""
+        """Believe published, for `node`, what the API holds, keeping the highest pool generation so
+        generations only grow: the next sync leaves the pool alone when its slices are what it would write at
+        that generation (`found`, as load_published does for a whole cluster: a kind node's driver restarted
+        with nothing changed must not churn its pool), and rewrites it at a higher one otherwise."""
         generation, _ = self.published.get(node, (0, {}))
         specs: dict = {}
+        found: dict[str, str] = {}
         for item in pages(self.slices, field_selector=f"spec.nodeName={node}"):
             if item["spec"]["driver"] == self.identity.driver:
                 specs[item["metadata"]["name"]] = None
+                found[item["metadata"]["name"]] = spec_digest(item["spec"])
                 generation = max(generation, item["spec"]["pool"]["generation"])
         self.published[node] = (generation, specs)
+        if found and "restart-churn" not in self.faults:
+            self.found[node] = found
+        else:
+            self.found.pop(node, None)
 
     def load_published(self) -> None:
         """Pick up the pools a previous run published: a pool whose slices are what this run would publish
