@@ -46,6 +46,7 @@ from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.kubelet import process as standin
 from testbed.namespaces import create_namespace
+from testbed.progress import step
 from testbed.toolchain.gobuild import kubernetes_wrapper, run_go
 from testbed.toolchain.resolve import ensure
 
@@ -66,12 +67,17 @@ def perf_binary(minor: str) -> tuple[Path, Path]:
         source = folder / "source"
         if not binary.exists():
             log = folder.with_name(f"{folder.name}.build.log")  # not with_suffix: v1.34.4 has a dot
-            print(f"building scheduler_perf {release.kubernetes} (once; log {log})", flush=True)
-            work, module = kubernetes_wrapper(f"scheduler-perf-{release.kubernetes}", release.kubernetes, staging,
-                                              [PERF_PACKAGE.rsplit("/", 1)[0]], log)
-            shown = lambda line: print(f"  {line}", flush=True) if line.startswith("k8s.io/kubernetes/") else None  # noqa: E731
-            run_go([go_binary(), "mod", "tidy"], work, log, None, go_env())
-            run_go([go_binary(), "test", "-v", "-c", "-o", str(binary.with_suffix(".partial")), PERF_PACKAGE], work, log, shown, go_env())
+            framework = PERF_PACKAGE.rsplit("/", 1)[0]
+            with step(f"building scheduler_perf {release.kubernetes} (once; log {log})") as building:
+                work, module = kubernetes_wrapper(f"scheduler-perf-{release.kubernetes}", release.kubernetes, staging,
+                                                  [framework], log)
+                run_go([go_binary(), "mod", "tidy"], work, log, None, go_env())
+                # `go test -c` names nothing while it compiles; `go build -v` of the framework the benchmark
+                # imports compiles nearly all of it package by package, shown, and the test build reuses it
+                run_go([go_binary(), "build", "-v", framework], work, log, building.tick, go_env())
+                building.update("linking the test binary")
+                run_go([go_binary(), "test", "-c", "-o", str(binary.with_suffix(".partial")), PERF_PACKAGE], work, log,
+                       None, go_env())
             binary.with_suffix(".partial").replace(binary)
             source.write_text(str(module / "test/integration/scheduler_perf/dra"))
         return binary, Path(source.read_text())
