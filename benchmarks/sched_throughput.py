@@ -75,7 +75,7 @@ def perf_binary(minor: str) -> tuple[Path, Path]:
                 # `go test -c` names nothing while it compiles; `go build -v` of the framework the benchmark
                 # imports compiles nearly all of it package by package, shown, and the test build reuses it
                 run_go([go_binary(), "build", "-v", framework], work, log, building.tick, go_env())
-                building.update("linking the test binary")
+                building.update("compiling the test package and linking it")
                 run_go([go_binary(), "test", "-c", "-o", str(binary.with_suffix(".partial")), PERF_PACKAGE], work, log,
                        None, go_env())
             binary.with_suffix(".partial").replace(binary)
