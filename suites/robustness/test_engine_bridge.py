@@ -1,4 +1,5 @@
-"""The default bridge a dockerd makes: ours deletes it once stopped, one that was there before stays.
+"""What a dockerd adds to the host network: ours takes its default bridge, firewall rules and forwarding back once
+stopped; a bridge or rule that was there before (or is someone else's) stays.
 
 Each case runs in network and mount namespaces of its own (`unshare --net --mount`), with /run, the cache and
 the state of its own, so the bridges it makes and deletes never touch the machine's."""
@@ -69,3 +70,57 @@ def test_a_bridge_that_was_there_before_stays(tmp_path: Path) -> None:
         out["links"] = leftovers.links()
     """)
     assert out["stopped"] is True and "docker0" in out["links"], out
+
+
+def test_the_firewall_rules_and_forwarding_our_dockerd_added_go_when_it_stops(tmp_path: Path) -> None:
+    out = _in_own_network(tmp_path, """
+        from testbed.clusters.kind import engine_firewall as fw
+        def ipt(*args):
+            subprocess.run(["iptables", *args], check=True, capture_output=True)
+        forward = fw.FORWARD_SYSCTL
+        ipt("-N", "MINE"); ipt("-A", "FORWARD", "-j", "MINE")  # someone else's, there before
+        forward.write_text("0")
+        before = {t: fw.save(t) for t in fw.TABLES}
+        sleeper = stand_in_engine()
+        dockerd.remember_bridge()
+        fw.remember(dockerd.firewall_marker())
+        # what a dockerd adds for its default bridge and a user-defined network (kind's), as seen on this machine
+        ipt("-N", "DOCKER"); ipt("-N", "DOCKER-USER"); ipt("-N", "DOCKER-ISOLATION-STAGE-1")
+        ipt("-A", "FORWARD", "-j", "DOCKER-USER"); ipt("-A", "FORWARD", "-j", "DOCKER-ISOLATION-STAGE-1")
+        ipt("-A", "FORWARD", "-o", "docker0", "-j", "DOCKER"); ipt("-A", "FORWARD", "-i", "docker0", "!", "-o", "docker0", "-j", "ACCEPT")
+        ipt("-A", "DOCKER-USER", "-j", "RETURN")
+        ipt("-t", "nat", "-N", "DOCKER")
+        ipt("-t", "nat", "-A", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "DOCKER")
+        ipt("-t", "nat", "-A", "POSTROUTING", "-s", "172.18.0.0/16", "!", "-o", "br-2dac3ae1b1cd", "-j", "MASQUERADE")
+        ipt("-t", "nat", "-A", "DOCKER", "-d", "127.0.0.1/32", "!", "-i", "br-2dac3ae1b1cd", "-p", "tcp", "--dport", "43531",
+            "-j", "DNAT", "--to-destination", "172.18.0.4:6443")
+        forward.write_text("1")
+        ipt("-A", "FORWARD", "-i", "eth9", "-j", "ACCEPT")  # someone else's, added meanwhile
+        out["while_running"] = len(fw.save("filter")) - len(before["filter"])
+        out["stopped"] = dockerd.stop_engine(timeout=5)
+        sleeper.wait(timeout=10)
+        out["filter_added"] = sorted(set(fw.save("filter")) - set(before["filter"]))
+        out["filter_removed"] = sorted(set(before["filter"]) - set(fw.save("filter")))
+        out["nat_changed"] = sorted(set(fw.save("nat")) ^ set(before["nat"]))
+        out["forward"] = forward.read_text().strip()
+        out["marker"] = dockerd.firewall_marker().exists()
+    """)
+    assert out["while_running"] > 5 and out["stopped"] is True, out
+    assert out["filter_added"] == ["-A FORWARD -i eth9 -j ACCEPT"], out  # only someone else's rule stays
+    assert out["filter_removed"] == [] and out["nat_changed"] == [], out
+    assert out["forward"] == "0" and out["marker"] is False, out
+
+
+def test_only_dockers_chains_and_rules_naming_them_or_its_bridges_are_taken_back() -> None:
+    from testbed.clusters.kind.engine_firewall import dockers
+
+    before = [":FORWARD ACCEPT [0:0]", ":DOCKER - [0:0]", "-A FORWARD -j DOCKER", "-A DOCKER -o br-000000000001 -j ACCEPT"]
+    after = [":FORWARD DROP [5:300]", ":DOCKER - [0:0]", ":DOCKER-USER - [0:0]", "-A FORWARD -j DOCKER", "-A FORWARD -j DOCKER-USER",
+             "-A FORWARD -o docker0 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", "-A FORWARD -i eth0 -j ACCEPT",
+             '-A FORWARD -o br-0123456789ab -m comment --comment "a b" -j ACCEPT', "-A DOCKER -o br-000000000001 -j ACCEPT",
+             "-A DOCKER-USER -j RETURN", "-A FORWARD -o br-x -j ACCEPT"]
+    rules, chains = dockers(before, after)
+    assert chains == ["DOCKER-USER"]  # DOCKER was there before: another engine's
+    assert rules == [["-D", "FORWARD", "-o", "br-0123456789ab", "-m", "comment", "--comment", "a b", "-j", "ACCEPT"],
+                     ["-D", "FORWARD", "-o", "docker0", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+                     ["-D", "FORWARD", "-j", "DOCKER-USER"]]

@@ -21,6 +21,7 @@ from hostenv.dirs import cache_root, state_root
 from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import terminate
 from testbed import hostdeps, progress
+from testbed.clusters.kind import engine_firewall
 
 RUNTIME_NAME = "dra-testbed-runc"
 START_TIMEOUT = 60.0
@@ -133,6 +134,7 @@ def ensure_engine() -> str:
     log = run_dir() / "dockerd.log"
     with progress.step(f"starting dockerd (log: {log})") as step, log.open("a") as sink:
         remember_bridge()  # before our dockerd makes it
+        engine_firewall.remember(firewall_marker())
         proc = subprocess.Popen(at_normal_priority([dockerd, "--config-file", str(config)]), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         (run_dir() / "dockerd.pid").write_text(str(proc.pid))
@@ -162,7 +164,13 @@ def stop_engine(timeout: float = 30.0) -> bool:
     (run_dir() / "dockerd.pid").unlink(missing_ok=True)
     unmount_engine()
     remove_bridge_made()
+    engine_firewall.take_back(firewall_marker())
     return True
+
+
+def firewall_marker() -> Path:
+    """The firewall as it was before our dockerd started (engine_firewall)."""
+    return run_dir() / "firewall-before.json"
 
 
 def _link_exists(name: str) -> bool:
