@@ -38,3 +38,48 @@ def test_tag_ignores_testbed_edits_and_follows_driver_edits(tmp_path: Path):
         after = extra.driver_reference("base:1", [], root)
         assert after != before, edited
         before = after
+
+
+def _closure(names: list[str]) -> set[str]:
+    """The distributions `names` need, transitively, as installed here (normalised names)."""
+    from importlib import metadata
+
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = extra.requirement_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [r for r in requires if "extra ==" not in r]
+    return seen
+
+
+def test_the_image_installs_what_the_driver_imports_and_not_the_harness():
+    import json
+    import subprocess
+    import sys
+
+    # every module of the image's packages imported in a fresh interpreter: the third-party ones it loads
+    script = """
+import importlib, json, pkgutil, sys
+base = set(sys.modules)
+for package in ("fake_gpus", "hostenv"):
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        importlib.import_module(info.name)
+from importlib import metadata
+owners = metadata.packages_distributions()
+tops = {n.split(".")[0] for n in set(sys.modules) - base}
+print(json.dumps(sorted({d for t in tops if t not in sys.stdlib_module_names for d in owners.get(t, [])})))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {extra.requirement_name(d) for d in json.loads(done.stdout)} - {"dra-testbed"}  # ours: copied in
+    installed = _closure([*extra.driver_dependencies(), *extra.DRIVER_EXTRAS])
+    assert imported and imported <= installed, f"the driver imports {sorted(imported - installed)}, which its image lacks"
+    assert not {"matplotlib", "numpy", "hypothesis", "jinja2", "rich"} & installed, "the harness's dependencies entered the image"

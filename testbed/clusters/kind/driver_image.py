@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,6 +33,9 @@ DRIVER_REPO = "dra-testbed/driver"
 DRIVER_EXTRAS = ("grpcio", "protobuf")
 # what the driver image carries of ours: the driver and the plumbing below it, never the test bed
 DRIVER_PACKAGES = ("fake_gpus", "hostenv")
+# of our dependencies, those the driver imports (the rest is the harness's: plots, generated workloads,
+# reports); every node loads the image, so each megabyte left out is loaded four times less per kind bed
+DRIVER_DEPENDENCIES = ("kubernetes", "pyyaml", "filelock", "nvidia-ml-py", "grpcio", "grpcio-tools")
 
 
 def _pip_install(target: Path, requirements: list[str], no_deps: bool = False) -> None:
@@ -90,16 +94,31 @@ def project_dependencies() -> list[str]:
         return list(tomllib.load(handle)["project"]["dependencies"])
 
 
+def requirement_name(requirement: str) -> str:
+    """A requirement's distribution name, normalised (`PyYAML>=6` -> `pyyaml`)."""
+    return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def driver_dependencies() -> list[str]:
+    """Our pyproject's requirements of the distributions the driver imports (DRIVER_DEPENDENCIES)."""
+    found = [r for r in project_dependencies() if requirement_name(r) in DRIVER_DEPENDENCIES]
+    missing = set(DRIVER_DEPENDENCIES) - {requirement_name(r) for r in found}
+    if missing:
+        raise ImageBuildError(f"pyproject.toml no longer requires {', '.join(sorted(missing))}, which the driver image installs")
+    return found
+
+
 def _python_deps(pins: str) -> Path:
-    """Our wheel's dependencies (plus DRIVER_EXTRAS) installed for the image's Python, cached by inputs;
+    """The driver's dependencies (plus DRIVER_EXTRAS) installed for the image's Python, cached by inputs;
     our own packages are copied fresh on every build, so only a dependency change costs a pip run."""
-    key = hashlib.sha256(((PROJECT_ROOT / "pyproject.toml").read_bytes() + pins.encode())).hexdigest()[:12]
+    requirements = driver_dependencies()
+    key = hashlib.sha256(((PROJECT_ROOT / "pyproject.toml").read_bytes() + pins.encode() + " ".join(requirements).encode())).hexdigest()[:12]
     target = cache_root() / "images" / "python-deps" / key
     if not target.is_dir():
         partial = target.with_suffix(".partial")
         shutil.rmtree(partial, ignore_errors=True)
         try:  # the dependencies only: installing the project itself would build it inside the work tree
-            _pip_install(partial, [*project_dependencies(), *pins.split()])
+            _pip_install(partial, [*requirements, *pins.split()])
         except BaseException:  # interrupted or failed: no half-written cache entry stays behind
             shutil.rmtree(partial, ignore_errors=True)
             raise
@@ -115,7 +134,7 @@ def driver_sources(root: Path = PROJECT_ROOT) -> list[Path]:
 def driver_reference(base: str, generated: list[Path], root: Path = PROJECT_ROOT) -> str:
     """The driver image's tag: a hash of `driver_sources`, the `generated` library and stubs, the base and pins."""
     pins = " ".join(_pinned(name) for name in DRIVER_EXTRAS)
-    return f"{DRIVER_REPO}:{_tree_hash(*driver_sources(root), *generated, extra=base + pins)}"
+    return f"{DRIVER_REPO}:{_tree_hash(*driver_sources(root), *generated, extra=base + pins + ' '.join(DRIVER_DEPENDENCIES))}"
 
 
 def ensure_driver_image(minor: str = "1.34") -> str:
