@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.kind, pytest.mark.slow]
 FULL = os.environ.get(MATRIX_ENV) == "full"
 KIND_CLUSTER_ENV = "DRA_TESTBED_KIND_CLUSTER"
 SMOKE_FAULTS = (NO_FAULT, "cdi-all-devices")
-SMOKE_CHECKS = ("node.container-sees-its-devices", "node.force-delete-unprepare")
+SMOKE_CHECKS = ("node.generated", "node.force-delete-unprepare")
 
 
 def _faults() -> list[str]:

@@ -93,3 +93,21 @@ def test_html_shows_the_verdicts_in_chromium(chromium: str, tmp_path: Path) -> N
     pixels = (image.imread(str(shot))[:, :, :3] * 255).round().astype(int).reshape(-1, 3).tolist()
     colours = {tuple(p) for p in pixels}
     assert (0x2E, 0x7D, 0x32) in colours and (0xC6, 0x28, 0x28) in colours, "the pass and fail badges are not painted"
+
+
+def test_the_page_plots_the_node_side_of_a_generated_run(tmp_path: Path) -> None:
+    import base64
+    import re
+
+    evidence = Evidence(tmp_path, "node.generated")
+    evidence.write("node-side.json", {"pods": [{"pod": "ns/p1", "node": "w2", "containers": {}, "start_s": 3.2},
+                                               {"pod": "ns/p2", "node": "w2", "containers": {}, "start_s": 5.0}],
+                                      "occupancy": [{"check": 1, "node": "w2", "seen": 1, "allocated": 1},
+                                                    {"check": 2, "node": "w2", "seen": 0, "allocated": 0}]})
+    ran = Outcome("node.generated", "MUST", PASS, "", 9.0, evidence.files, BY_ID["node.generated"].requirement)
+    write_report(tmp_path, [ran], INFO, [])
+    page = (tmp_path / "report.html").read_text()
+    found = re.search(r'alt="partition occupancy and pod start" src="data:image/png;base64,([^"]+)"', page)
+    assert found and base64.b64decode(found.group(1)).startswith(b"\x89PNG")
+    write_report(tmp_path / "none", _sample(tmp_path / "none"), INFO, [])  # no generated run on the nodes: no such plot
+    assert "partition occupancy" not in (tmp_path / "none" / "report.html").read_text()

@@ -20,6 +20,8 @@ from typing import Iterator
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fake_gpus.node.driver_root import DRIVER_ROOT_DIR
+from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed.apiretry import retrying_client
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.driver import DriverSpec
@@ -30,6 +32,8 @@ from testbed.conformance.subject import Subject
 QUIET = 3.0  # seconds without a slice change that count as settled
 KUBELET_WIPE_DELAY = 30.0  # pkg/kubelet/cm/dra: a gone plugin's slices are deleted after this long
 SETTLE_LIMIT = 60.0
+# a kind GPU worker's driver root: in its fake-GPU state directory (fake_gpus/node/driver_root.py)
+KIND_DRIVER_ROOT = f"{NODE_STATE_DIR}/{DRIVER_ROOT_DIR}"
 
 
 def wait_published(subject: Subject, nodes: list[str], limit: float = SETTLE_LIMIT) -> None:
@@ -151,7 +155,7 @@ def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
                 time.sleep(1)
         return run
 
-    subject = Subject(api, driver, "kind", _kind_layout(api, layout), workload_image=workload,
+    subject = Subject(api, driver, "kind", _kind_layout(api, layout), workload_image=workload, driver_root=KIND_DRIVER_ROOT,
                       restart_driver=settled(lambda: driver_control.restart_pods(api)),
                       roll_driver=settled(lambda: driver_control.roll_out(api)),
                       pause_driver=lambda: driver_control.paused(api))

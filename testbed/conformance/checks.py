@@ -151,6 +151,17 @@ CHECKS: tuple[Check, ...] = (
     Check("node.rolling-update", MUST,
           "A rolling update of the driver's DaemonSets with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
           (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "roll-driver")),
+    # The generated workloads with the node side judged after every step (node_watch.py). Its explicit opening
+    # shows each tied fault whatever is drawn later: parent-uuid-unstable and mig-profile-names, a MIG device whose
+    # published parent or profile is not what NVML shows; admin-access-refused, the opening's admin-access pod
+    # beside a pod holding a GPU of that node; unprepare-leaks, the opening MIG pod's instance outliving it.
+    Check("node.generated", MUST,
+          "Generated workloads on real kubelets: after every step each running pod's containers see through NVML exactly their "
+          "claims' devices, each partitionable node's MIG devices are exactly the partitions allocated to running pods, "
+          "and nothing stays prepared for a pod that is gone.",
+          (KEP_4381, KEP_4815, E2E_DRA), NODE_SIDE, PROFILES,
+          ("unprepare-leaks", "cdi-wrong-device", "cdi-all-devices", "parent-uuid-unstable", "mig-profile-names",
+           "admin-access-refused", *LIFECYCLE), ("workload-image", "node-monitor")),
     # cdi-wrong-device, cdi-all-devices: the admin pod sees other devices than the one it was given
     Check("node.admin-access", SHOULD,
           "A device held by a pod is also given to an admin-access claim (in a namespace labelled for it), whose pod runs and sees exactly it.",

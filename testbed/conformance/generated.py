@@ -11,25 +11,34 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import DriverIdentity
+from testbed.conformance.node_watch import NodeWatch
 from testbed.conformance.outcome import CheckFailed, Evidence
 from testbed.conformance.subject import Subject
 from testbed.workloads.bundle import layout_from_nodes, layout_yaml
 from testbed.workloads.machine import allocation_machine
 from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases
-from testbed.workloads.runner import PropertyFailure
-from testbed.workloads.selectors import Not, StringIs
+from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
+from testbed.workloads.runner import PropertyFailure, Runner
+from testbed.workloads.selectors import MemoryCompare, Not, StringIs
+from testbed.workloads.steps import Arrive, Depart, Step
+from testbed.workloads.strategies import churn_claim_specs, churn_pod_specs
 from testbed.workloads.scenarios import memory_selector, memory_selector_cases, partition_churn, partition_churn_cases, partitionable_nodes
 from testbed.workloads.devices import Inventory
 from testbed.workloads.truth import board_of
 
 BUDGET_ENV = "DRA_TESTBED_CONFORMANCE_EXAMPLES"
+SEED = "derandomized (Hypothesis derandomize=True, no database)"
+NODE_STEPS = 8  # steps per example of node.generated: pods run there, so steps cost seconds each
 
 
 @dataclass(frozen=True)
@@ -89,11 +98,40 @@ def generated(subject: Subject, evidence: Evidence) -> None:
         _generated(subject, evidence, identity, budget, layout, Path(scratch))
 
 
+@contextmanager
+def _findings(evidence: Evidence, ran: list[str]) -> Iterator[None]:
+    """A property failure inside becomes CheckFailed naming what ran, its violations and bundle as evidence."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - a finding, or several (Hypothesis groups distinct failures), or a bug
+        found = _finding(exc)
+        if found is None:
+            raise
+        if not isinstance(found, PropertyFailure):  # an assertion, e.g. DeviceClasses the model cannot stand for
+            raise CheckFailed(f"after {', '.join(ran)}: {str(found).splitlines()[0]}") from None
+        evidence.write("violations.txt", str(found))
+        bundle = found.bundle
+        if bundle and Path(bundle).is_dir():
+            for f in sorted(Path(bundle).iterdir()):
+                if f.is_file():
+                    evidence.write(f"bundle/{f.name}", f.read_text())
+        first = found.violations[0] if found.violations else None
+        raise CheckFailed(f"after {', '.join(ran)}: [{first.property}] {first.message}" if first else str(found)) from None
+
+
 def _generated(subject: Subject, evidence: Evidence, identity: DriverIdentity, budget: Budget, layout: str,
                bundles: Path) -> None:
     stats: dict[str, int] = {}
     ran: list[str] = []
     try:
+        _api_side(subject, identity, budget, layout, bundles, stats, ran, evidence)
+    finally:
+        evidence.write("runs.json", {"ran": ran, "stats": stats, "seed": SEED, "budget": budget.__dict__})
+
+
+def _api_side(subject: Subject, identity: DriverIdentity, budget: Budget, layout: str, bundles: Path, stats: dict[str, int],
+              ran: list[str], evidence: Evidence) -> None:
+    with _findings(evidence, ran):
         machine = allocation_machine(subject.api, layout, bundles / "machine", stats=stats, identity=identity)
         ran.append(f"machine x{budget.machine} ({budget.steps} steps)")
         run_state_machine_as_test(machine, settings=_settings(budget.machine, budget.steps))
@@ -133,20 +171,65 @@ def _generated(subject: Subject, evidence: Evidence, identity: DriverIdentity, b
             memory_selector(subject.api, layout, bundles / "exclusions", (selector, False), identity.gpu_class,
                             identity=identity, node=node)
             ran.append(f"on {node}: {selector.part.attribute} != {selector.part.value!r}")
-    except Exception as exc:  # noqa: BLE001 - a finding, or several (Hypothesis groups distinct failures), or a bug
-        found = _finding(exc)
-        if found is None:
-            raise
-        if not isinstance(found, PropertyFailure):  # an assertion, e.g. DeviceClasses the model cannot stand for
-            raise CheckFailed(f"after {', '.join(ran)}: {str(found).splitlines()[0]}") from None
-        evidence.write("violations.txt", str(found))
-        bundle = found.bundle
-        if bundle and Path(bundle).is_dir():
-            for f in sorted(Path(bundle).iterdir()):
-                if f.is_file():
-                    evidence.write(f"bundle/{f.name}", f.read_text())
-        first = found.violations[0] if found.violations else None
-        raise CheckFailed(f"after {', '.join(ran)}: [{first.property}] {first.message}" if first else str(found)) from None
-    finally:
-        evidence.write("runs.json", {"ran": ran, "stats": stats, "seed": "derandomized (Hypothesis derandomize=True, no database)",
-                                     "budget": budget.__dict__})
+
+
+def node_generated(subject: Subject, evidence: Evidence) -> None:
+    """The arrivals-and-departures machine on real kubelets, the node side judged after every step (node_watch):
+    first an explicit opening per GPU node (one device of its mode; on the whole-GPU node an admin-access claim
+    on all its GPUs beside it; every pod departs), then generated examples of claims that mostly fit (the fault
+    campaign's churn: whole GPUs or MIG devices of the layout's boards), so that pods run and partitions are
+    made and unmade on the nodes."""
+    identity = DriverIdentity(subject.driver)
+    budget = Budget.from_env()
+    layout = layout_yaml(subject.layout) if subject.layout else layout_yaml(layout_from_nodes(subject.core))
+    watch = NodeWatch(subject, evidence, sorted(partitionable_nodes(subject.api)))
+    fields = {"image": subject.workload_image, "args": ("--sleep",), "grace": 1, "node_check": watch}
+    stats: dict[str, int] = {}
+    ran: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="conformance-bundle-") as scratch:
+        try:
+            watch.start()
+            with _findings(evidence, ran):
+                runner = Runner(subject.api, layout, bundle_dir=Path(scratch) / "opening", identity=identity, **fields).open()
+                ran.append("opening on " + ", ".join(n.name for n in (subject.layout.nodes if subject.layout else ()) if n.count))
+                try:
+                    runner.run_steps(opening(subject))
+                finally:
+                    runner.close()
+                # claims that mostly fit, half of them MIG devices of the layout's boards: pods run, partitions come and go
+                boards = tuple(sorted({n.board for n in subject.layout.nodes})) if subject.layout else ()
+                machine = allocation_machine(subject.api, layout, Path(scratch) / "machine", boards=boards, mig_percent=50,
+                                             stats=stats, identity=identity, runner_fields=fields,
+                                             pod_strategy=churn_pod_specs, claim_strategy=churn_claim_specs)
+                ran.append(f"churn machine x{budget.machine} ({NODE_STEPS} steps)")
+                run_state_machine_as_test(machine, settings=_settings(budget.machine, NODE_STEPS))
+        finally:
+            watch.close()
+            evidence.write("runs.json", {"ran": ran, "stats": stats, "seed": SEED, "budget": budget.__dict__})
+            evidence.write("node-side.json", watch.summary())
+
+
+def opening(subject: Subject) -> list[Step]:
+    """Per GPU node of the layout, a pod holding one device of the node's mode (whole: a GPU; MIG: the board's
+    smallest MIG device; dynamic MIG: two such pods); beside the whole-GPU node's, a pod with admin access to
+    all its GPUs; then every pod departs. Each fault of the node side shows here whatever the generator draws later."""
+    steps: list[Step] = []
+    pods: list[str] = []
+    gpu = StringIs("type", "gpu")
+    for node in subject.layout.nodes if subject.layout else ():
+        if not node.count:
+            continue
+        if node.mode.kind == "whole":
+            one = SubRequest("gpu", subject.gpu_class, (gpu,))
+            every = SubRequest("gpu", subject.gpu_class, (gpu,), all_devices=True, admin_access=True)
+            claims = [(f"open-{node.name}", one), (f"open-{node.name}-admin", every)]
+        else:
+            smallest = min(p.memory_mib for p in get_board(node.board).gpu_instance_profiles)
+            smallest_mig = SubRequest("mig", subject.mig_class, (StringIs("type", "mig"), MemoryCompare("<=", smallest)))
+            # dynamic MIG: two at once, so the node holds two instances made for two claims
+            claims = [(f"open-{node.name}-{i}", smallest_mig) for i in range(2 if node.mode.kind == "dynamic-mig" else 1)]
+        for name, request in claims:
+            template = ClaimSpec((Request(request.name, (request,)),))
+            steps.append(Arrive(PodSpec(name, (PodClaim("c", template=template),), node=node.name)))
+            pods.append(name)
+    return steps + [Depart(name) for name in pods]

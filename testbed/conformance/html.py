@@ -76,6 +76,48 @@ def latency_plot(latencies: dict[str, list[float]]) -> str:
         plt.close(fig)
 
 
+def node_side(directory: Path, outcomes: Sequence[Outcome]) -> dict | None:
+    """What node.generated compared (its node-side.json), if it ran."""
+    for o in outcomes:
+        for name in o.evidence:
+            if name.endswith("node.generated/node-side.json"):
+                try:
+                    return json.loads((directory / name).read_text())
+                except (OSError, ValueError):
+                    return None
+    return None
+
+
+def node_side_plot(data: dict) -> str | None:
+    """The generated run on the nodes: MIG devices seen and allocated per watched node after each step, and each
+    pod's time from its binding to running, as a base64 PNG (None when there is nothing to show)."""
+    if not data.get("occupancy") and not data.get("pods"):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, (occupancy, start) = plt.subplots(1, 2, figsize=(10, 3))
+    try:
+        for node in sorted({o["node"] for o in data.get("occupancy") or []}):
+            points = [o for o in data["occupancy"] if o["node"] == node]
+            occupancy.step([p["check"] for p in points], [p["seen"] for p in points], where="post", label=f"{node}: seen (NVML)")
+            occupancy.plot([p["check"] for p in points], [p["allocated"] for p in points], "o", label=f"{node}: allocated to running pods")
+        occupancy.set_xlabel("step (node check)")
+        occupancy.set_ylabel("MIG devices")
+        occupancy.set_title("partition occupancy over the generated run")
+        if data.get("occupancy"):
+            occupancy.legend(fontsize=7)
+        seconds = [p["start_s"] for p in data.get("pods") or [] if "start_s" in p]
+        start.hist(seconds, bins=max(1, min(20, len(seconds))), color="#1565c0")
+        start.set_xlabel("seconds from binding seen to running (prepare + container start)")
+        start.set_title(f"{len(seconds)} pods")
+        return _png(fig)
+    finally:
+        plt.close(fig)
+
+
 def _evidence(directory: Path, outcome: Outcome) -> list[dict]:
     shown = []
     for name in outcome.evidence:
@@ -95,4 +137,5 @@ def render_html(directory: Path, outcomes: Sequence[Outcome], info) -> str:
         verdict=verdict(outcomes), outcomes=outcomes, failures=failures, info=info, colours=COLOURS,
         counts={v: sum(o.verdict == v for o in outcomes) for v in (PASS, FAIL, ERROR, NOT_RUN)},
         plot=duration_plot(outcomes) if outcomes else None, seeds=json.dumps(info.seeds, sort_keys=True),
-        latency=latency_plot(latencies) if (latencies := probe_latencies(directory, outcomes)) else None)
+        latency=latency_plot(latencies) if (latencies := probe_latencies(directory, outcomes)) else None,
+        node_side=node_side_plot(data) if (data := node_side(directory, outcomes)) else None)

@@ -47,6 +47,7 @@ PROBES: dict[str, Probe] = {
     "node.plugin-restart": node_checks.plugin_restart,
     "node.rolling-update": node_checks.rolling_update,
     "node.admin-access": node_checks.admin_access,
+    "node.generated": generated.node_generated,
 }
 
 

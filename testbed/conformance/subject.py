@@ -5,7 +5,7 @@ only where the suite owns the cluster: `restart-driver` (stop and start the driv
 changed), `node-control` (add and delete a GPU node), `roll-driver` (a rolling update of the driver's
 DaemonSets) and `pause-driver` (keep the driver off its nodes for a while). Against an existing cluster
 none exists, so the checks needing them are `not-run` there: the suite changes nothing beyond its own
-namespace. Node-side checks need `workload-image`: an image whose entry point prints, as JSON, what
+namespace. A check that lists a node's MIG devices needs `node-monitor` (the nodes' driver root). Node-side checks need `workload-image`: an image whose entry point prints, as JSON, what
 NVML shows inside the container (fake_gpus/nvml/report.py on nvidia-ml-py; `--sleep` keeps it up).
 """
 
@@ -40,6 +40,9 @@ class Subject(ApiViews):
     roll_driver: Callable[[], None] | None = None
     pause_driver: Callable[[], ContextManager[None]] | None = None
     workload_image: str | None = None
+    # the nodes' NVIDIA driver root (holding libnvidia-ml), where a monitoring pod loads NVML as the node's own
+    # tools do: `node-monitor`
+    driver_root: str | None = None
     namespaces: list[str] = field(default_factory=list)
 
     @property
@@ -67,6 +70,8 @@ class Subject(ApiViews):
             caps.add("pause-driver")
         if self.workload_image:
             caps.add("workload-image")
+        if self.driver_root:
+            caps.add("node-monitor")
         return caps
 
     def slices(self) -> list[dict]:

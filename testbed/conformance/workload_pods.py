@@ -210,6 +210,33 @@ def sees_exactly(subject: Subject, report: dict, devices: list[dict], who: str) 
                           f"allocated: whole GPUs {sorted(want_whole)} and {want_migs} MIG device(s) {sorted(want_mig_uuids)}")
 
 
+def mig_keys(subject: Subject, devices: list[dict]) -> Counter:
+    """The MIG devices among published `devices` as (parent GPU UUID, profile), counted."""
+    return Counter((attribute(subject, d, "parentUUID"), attribute(subject, d, "profile")) for d in devices
+                   if attribute(subject, d, "type") == "mig")
+
+
+def mig_keys_seen(report: dict) -> Counter:
+    """The MIG devices of an NVML view as (parent GPU UUID, profile), counted."""
+    return Counter((d["uuid"], mig_profile(m["name"])) for d in report.get("devices") or [] for m in d.get("mig_devices") or [])
+
+
+def view_mismatch(subject: Subject, report: dict, devices: list[dict]) -> str | None:
+    """Why an NVML view does not show exactly `devices`, or None when it does: whole GPUs by UUID, MIG devices
+    by parent GPU and profile (and by UUID where one is published). A container holding nothing may have no
+    NVML at all (nothing mounts the library)."""
+    if report.get("error"):
+        return None if not devices else f"NVML failed in the container: {report['error']}"
+    whole, _ = seen(report)
+    want_whole, _, want_uuids = expected(subject, devices)
+    got, want = mig_keys_seen(report), mig_keys(subject, devices)
+    uuids = {m["uuid"] for d in report.get("devices") or [] for m in d.get("mig_devices") or []}
+    if whole == want_whole and got == want and want_uuids <= uuids:
+        return None
+    return (f"sees whole GPUs {sorted(whole)} and MIG devices {sorted(got.elements())}; allocated: whole GPUs {sorted(want_whole)} "
+            f"and MIG devices {sorted(want.elements())}" + (f" (UUIDs {sorted(want_uuids - uuids)} not seen)" if want_uuids - uuids else ""))
+
+
 def delete(subject: Subject, namespace: str, pod: str, force: bool = False, timeout: float = GONE_TIMEOUT) -> None:
     """Delete the pod (force: grace 0, as `kubectl delete --force`) and wait until it and its generated
     claims are gone."""

@@ -20,17 +20,20 @@ def allocation_machine(api, layout_yaml: str, bundle: Path, boards: tuple[str, .
                        context: dict | None = None, stats: dict[str, int] | None = None,
                        all_in_fallback: bool = True, identity: DriverIdentity | None = None,
                        pod_strategy: Callable[..., st.SearchStrategy] = pod_specs,
-                       claim_strategy: Callable[..., st.SearchStrategy] = claim_specs) -> type[RuleBasedStateMachine]:
+                       claim_strategy: Callable[..., st.SearchStrategy] = claim_specs,
+                       runner_fields: dict | None = None) -> type[RuleBasedStateMachine]:
     """A state machine class whose every example runs in a namespace of its own on `api`'s cluster.
 
     `pod_strategy` and `claim_strategy` draw the arriving pods and the shared claims (default: the selector-probing
     `pod_specs` and `claim_specs`; the fault campaign's churn uses `churn_pod_specs`, `churn_claim_specs`).
+    `runner_fields` go to each example's Runner (on real kubelets: the pods' image, grace, the node check).
 
     Every rule is checked as it runs (the runner raises PropertyFailure): soundness after each step,
     completeness and fallback on arrival, liveness after each departure.
     """
     def live_runner() -> Runner:
-        return Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}), identity=identity or current_identity()).open()
+        return Runner(api, layout_yaml, bundle_dir=bundle, context=dict(context or {}), identity=identity or current_identity(),
+                      **(runner_fields or {})).open()
 
     return workload_machine(live_runner, boards, mig_percent, stats, all_in_fallback, pod_strategy, claim_strategy)
 

@@ -140,8 +140,9 @@ class PodSpec:
     def template_name(self, claim: PodClaim) -> str:
         return f"{self.name}-{claim.name}"
 
-    def manifests(self, driver: str) -> list[dict]:
-        """Templates first, then the pod (shared claims are created by whoever owns them)."""
+    def manifests(self, driver: str, image: str = PLACEHOLDER_IMAGE, args: tuple[str, ...] = ()) -> list[dict]:
+        """Templates first, then the pod (shared claims are created by whoever owns them). Its containers run
+        `image` with `args` (real kubelets: an image the nodes already have; KWOK never pulls)."""
         docs = [
             {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
              "metadata": {"name": self.template_name(c)}, "spec": {"spec": c.template.body(driver)}}
@@ -158,7 +159,8 @@ class PodSpec:
             "spec": {
                 "terminationGracePeriodSeconds": 0,
                 "containers": [
-                    {"name": f"c{i}", "image": PLACEHOLDER_IMAGE, "resources": {"claims": [{"name": n} for n in names]}}
+                    {"name": f"c{i}", "image": image, "resources": {"claims": [{"name": n} for n in names]},
+                     **({"args": list(args), "imagePullPolicy": "IfNotPresent"} if image != PLACEHOLDER_IMAGE else {})}
                     for i, names in enumerate(containers)
                 ],
                 "resourceClaims": pod_claims,

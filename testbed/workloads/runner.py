@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -25,7 +25,7 @@ from testbed.waiting import WaitTimeout, wait_for, wait_for_all
 from testbed.workloads import properties
 from testbed.workloads.bundle import write_bundle
 from testbed.workloads.devices import Inventory
-from testbed.workloads.model import ADMIN_NAMESPACE_LABEL, ClaimSpec, PodClaim, PodSpec, Request, SharedClaim, SubRequest
+from testbed.workloads.model import ADMIN_NAMESPACE_LABEL, PLACEHOLDER_IMAGE, ClaimSpec, PodClaim, PodSpec, Request, SharedClaim, SubRequest
 from testbed.workloads.observe import Snapshot, observe_claims
 from testbed.workloads.oracle import ModelTooLarge, Solution, Usage, Violation, check_classes, class_selectors, feasible_nodes
 from testbed.workloads.properties import PodView, World
@@ -36,6 +36,9 @@ BOUND_ENV = "DRA_TESTBED_SCHEDULE_BOUND"
 DEFAULT_BOUND = 30.0  # seconds the scheduler gets to place a pod the model says fits
 NAMESPACE_LABEL = "dra-testbed.io/properties"
 T = TypeVar("T")
+# What the node side shows after a step, judged against the namespace's pods (a World) and their specs: real
+# kubelets only (testbed/conformance/node_watch.py); returns the violations.
+NodeCheck = Callable[[World, Mapping[str, PodSpec]], list[Violation]]
 
 
 def never_excused(t0: float, t1: float) -> float:  # noqa: ARG001 - the Runner.excused signature
@@ -88,6 +91,13 @@ class Runner:
     excused: Callable[[float, float], float] = never_excused
     # what the checks saw, for reports and for tests that a property was exercised at all
     stats: dict[str, int] = field(default_factory=dict)
+    # on real kubelets: the pods' containers run `image` with `args`, departures take `grace` seconds (so the
+    # kubelet unprepares before the pod leaves the API and its devices are allocated again), and `node_check`
+    # judges the node side after every step
+    image: str = PLACEHOLDER_IMAGE
+    args: tuple[str, ...] = ()
+    grace: int = 0
+    node_check: NodeCheck | None = None
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
@@ -107,7 +117,7 @@ class Runner:
     def close(self) -> None:
         """Delete every pod and claim of the namespace and wait until their devices are free again."""
         try:
-            self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
+            self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=self.grace)
             self.resource.delete_collection_namespaced_resource_claim(self.namespace)
             self._wait_until_empty(self.resource.list_namespaced_resource_claim, timeout=max(self.bound, 60))
         finally:
@@ -245,7 +255,7 @@ class Runner:
         before = self.snapshot()
         self.pods[pod.name] = pod
         expected = self.expected_nodes(pod, before)
-        for doc in pod.manifests(self.identity.driver):
+        for doc in pod.manifests(self.identity.driver, self.image, self.args):
             if doc["kind"] == "ResourceClaimTemplate":
                 self.resource.create_namespaced_resource_claim_template(self.namespace, doc)
             else:
@@ -272,7 +282,7 @@ class Runner:
         if node and expected is not None:
             problems += properties.placement(pod.name, node, expected) or self._fallback(pod, before, after, expected[node], node)
         self._count("scheduled" if node else "rejected")
-        self.fail_if(problems, after)
+        self.fail_if(problems or self._node_side(after), after)
         return bool(node)
 
     def _fallback(self, pod: PodSpec, before: Snapshot, after: Snapshot, solution: Solution, node: str) -> list[Violation]:
@@ -285,7 +295,7 @@ class Runner:
         """Delete the pod; wait until its claims are released; then wait for pods that now fit (liveness)."""
         self.steps.append(Depart(pod_name))
         claims = self.pod_claims(pod_name)
-        self.core.delete_namespaced_pod(pod_name, self.namespace, grace_period_seconds=0)
+        self.core.delete_namespaced_pod(pod_name, self.namespace, grace_period_seconds=self.grace)
         self.released(pod_name, claims)
         self.settle()
 
@@ -317,7 +327,7 @@ class Runner:
                 if expected:
                     fitting[name] = sorted(expected)
             if not fitting:
-                self.fail_if(self.soundness(snap), snap)
+                self.fail_if(self.soundness(snap) or self._node_side(snap), snap)
                 return
             self._count("liveness-waits")
             try:
@@ -326,6 +336,13 @@ class Runner:
                             self.bound, what="a pending pod to be scheduled")
             except WaitTimeout:
                 self.fail_if(properties.liveness(fitting, {n: _condition(pods[n]) for n in fitting}, self.bound), snap)
+
+    def _node_side(self, snap: Snapshot) -> list[Violation]:
+        """The node check's violations after a step (none without one)."""
+        if self.node_check is None:
+            return []
+        self._count("node-checks")
+        return self.node_check(self.world(snap), self.pods)
 
     def _count(self, key: str) -> None:
         self.stats[key] = self.stats.get(key, 0) + 1
