@@ -147,23 +147,21 @@ class NodeWatch:
             if not problems or time.monotonic() > deadline:
                 break
             time.sleep(2)
-        self.occupancy.append({"check": self.checks, "node": node, "seen": sum(wp.mig_keys_seen(report).values()),
-                               "allocated": sum(must.values())})
+        shown = sorted(wp.mig_keys_seen(report).elements())
+        self.occupancy.append({"check": self.checks, "node": node, "seen": len(shown), "allocated": sum(must.values())})
         if not problems:
-            shown = sorted(wp.mig_keys_seen(report).elements())
             if len(shown) >= len(self.busiest.get(node, [])):
                 self.busiest[node] = shown
             return []
         self.evidence.write(f"monitor-{node}-{self.checks}.json", {"must": sorted(must.elements()), "may": sorted(may.elements()), "seen": report})
-        return [Violation("node-partitions", f"{node}: {'; '.join(problems)}", sorted(must.elements()), sorted(wp.mig_keys_seen(report).elements()))]
+        return [Violation("node-partitions", f"{node}: {'; '.join(problems)}", sorted(must.elements()), shown)]
 
     def judged_in(self, world: World) -> list[str]:
         """The namespace's pods that run (judged) and still exist."""
         return [name for name in world.pods if f"{world.namespace}/{name}" in self.judged]
 
     def start(self) -> None:
-        """A running monitoring pod on every watched node, each showing no MIG device nobody holds (a leftover of
-        an earlier check would be judged as this run's). NotRun where the cluster refuses privileged pods."""
+        """A running monitoring pod on every watched node. NotRun where the cluster refuses privileged pods."""
         self.namespace = self.subject.namespace(PRIVILEGED_NAMESPACE)
         for node in self.nodes:
             try:
