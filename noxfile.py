@@ -130,16 +130,16 @@ def conformance(session: nox.Session) -> None:
         session.run("dra-testbed", "conformance", *session.posargs)
         return
     session.run("python", "-m", "pytest", "suites/conformance", "-q", "-ra", "--k8s", K8S,
-                env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "conformance-report/matrix"})
+                env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "reports/conformance/matrix"})
     # incomplete (3) on both: KWOK cannot run the node side, kind cannot add a node (slices.removed-with-node);
     # a failed MUST (1) still fails the session
     for backend in ("kwok", "kind"):
         session.run("dra-testbed", "conformance", "--backend", backend, "--k8s", K8S, "--driver", "ours",
-                    "--report", f"conformance-report/ours-{backend}", success_codes=[0, 3])
+                    "--report", f"reports/conformance/ours-{backend}", success_codes=[0, 3])
     if os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):  # NVIDIA's plugin, a test input: its reports, whatever the verdict
         for backend in ("kwok", "kind"):
             session.run("dra-testbed", "conformance", "--backend", backend, "--k8s", K8S, "--driver", "nvidia",
-                        "--report", f"conformance-report/nvidia-{backend}", success_codes=[0, 1, 3])
+                        "--report", f"reports/conformance/nvidia-{backend}", success_codes=[0, 1, 3])
 
 
 @nox.session
