@@ -145,12 +145,6 @@ CHECKS: tuple[Check, ...] = (
     Check("node.prepare-retried", MUST,
           "A prepare that failed (the driver was off the node) is retried and the pod starts once the driver is back.",
           (E2E_DRA,), NODE_SIDE, PROFILES, LIFECYCLE, ("workload-image", "pause-driver")),
-    Check("node.plugin-restart", MUST,
-          "A restart of the driver's pods with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
-          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "restart-driver")),
-    Check("node.rolling-update", MUST,
-          "A rolling update of the driver's DaemonSets with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
-          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "roll-driver")),
     # The generated workloads with the node side judged after every step (node_watch.py). Its explicit opening
     # shows each tied fault whatever is drawn later: parent-uuid-unstable and mig-profile-names, a MIG device whose
     # published parent or profile is not what NVML shows; admin-access-refused, the opening's admin-access pod
@@ -167,6 +161,15 @@ CHECKS: tuple[Check, ...] = (
           "A device held by a pod is also given to an admin-access claim (in a namespace labelled for it), whose pod runs and sees exactly it.",
           ("KEP-5018 DRA admin access", E2E_DRA), NODE_SIDE, ("gpu",),
           ("admin-access-refused", "cdi-wrong-device", "cdi-all-devices", *LIFECYCLE), ("workload-image",)),
+    # The disruptive checks run last (as Kubernetes e2e keeps its [Disruptive] tests apart): they restart the
+    # driver, and a driver whose restart leaks (checkpoint-lost) leaves MIG instances behind that a later
+    # check would find on the node and report as its own.
+    Check("node.plugin-restart", MUST,
+          "A restart of the driver's pods with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
+          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "restart-driver")),
+    Check("node.rolling-update", MUST,
+          "A rolling update of the driver's DaemonSets with a claim prepared keeps the pod running with its device, prepares new claims, and unprepares the old one later.",
+          (E2E_DRA,), NODE_SIDE, ("dynamic-mig",), ("checkpoint-lost", "unprepare-leaks", *LIFECYCLE), ("workload-image", "roll-driver")),
 )
 
 BY_ID = {c.id: c for c in CHECKS}

@@ -101,6 +101,7 @@ class NodeWatch:
     pods: list[dict] = field(default_factory=list)
     busiest: dict[str, list] = field(default_factory=dict)
     occupancy: list[dict] = field(default_factory=list)  # per node check and watched node: MIG devices seen, allocated
+    before: dict[str, list] = field(default_factory=dict)  # per watched node: MIG devices shown before the first step
 
     def __call__(self, world: World, specs: Mapping[str, PodSpec]) -> list[Violation]:
         """The node side after a step: the new pods run and see their devices, then every watched node's partitions."""
@@ -154,6 +155,11 @@ class NodeWatch:
                 self.busiest[node] = shown
             return []
         self.evidence.write(f"monitor-{node}-{self.checks}.json", {"must": sorted(must.elements()), "may": sorted(may.elements()), "seen": report})
+        if self.before.get(node):
+            # still a failure (the node is not as a conformant driver leaves it), but a vendor should look first
+            # at whatever ran before this check
+            problems.append(f"before the first step the node already showed MIG devices {self.before[node]}: left by an "
+                            f"earlier check or by something outside the suite")
         return [Violation("node-partitions", f"{node}: {'; '.join(problems)}", sorted(must.elements()), shown)]
 
     def judged_in(self, world: World) -> list[str]:
@@ -174,6 +180,7 @@ class NodeWatch:
             self.monitors[node] = created.metadata.name
         for node, pod in self.monitors.items():
             wp.wait_running(self.subject, self.namespace, pod, self.start_timeout)
+            self.before[node] = sorted(wp.mig_keys_seen(wp.view_now(self.subject, self.namespace, pod)).elements())
 
     def summary(self) -> dict:
         """What was compared, for the report: the pods judged and each watched node's busiest moment."""
