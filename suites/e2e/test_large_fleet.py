@@ -1,7 +1,9 @@
 """`--allow-large` brings the control plane up with the large-fleet settings (testbed/clusters/kwok/tuning.py),
 read back from the running components: the slices' watch cache is off while other resources keep theirs,
 the apiserver authorizes by RBAC alone (no Node authorizer graph), the scheduler and controller-manager
-collect at GOGC=50 and the device-taint eviction controller does not run."""
+collect at GOGC=50 under a memory limit sized by the machine, the scheduler runs with DRADeviceTaints off
+(one --feature-gates, the others as every component has them) and the device-taint eviction controller does
+not run."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from kubernetes import client
 
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
-from testbed.clusters.kwok.tuning import GO_COMPONENTS, GOGC
+from testbed.clusters.kwok.tuning import GO_COMPONENTS, GOGC, MEMORY_SHARES, machine_memory
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 
 pytestmark = pytest.mark.cluster
@@ -48,7 +50,14 @@ def test_large_fleet_settings_are_in_force_only_when_asked_for(large: bool) -> N
             api.close()
         pids = cluster.pids()
         for component in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
-            assert (environ(pids[component]).get("GOGC") == GOGC) is (large and component in GO_COMPONENTS), component
+            env = environ(pids[component])
+            assert (env.get("GOGC") == GOGC) is (large and component in GO_COMPONENTS), component
+            limit = f"{int(machine_memory() * MEMORY_SHARES[component]) >> 20}MiB" if large and component in GO_COMPONENTS else None
+            assert env.get("GOMEMLIMIT") == limit, component
+        scheduler = Path(f"/proc/{pids['kube-scheduler']}/cmdline").read_bytes().decode().split("\0")
+        gates = [a for a in scheduler if a.startswith("--feature-gates=")]
+        assert len(gates) == 1, gates
+        assert ("DRADeviceTaints=false" in gates[0]) is large and "DRAPartitionableDevices=true" in gates[0], gates
         apiserver = Path(f"/proc/{pids['kube-apiserver']}/cmdline").read_bytes().decode().split("\0")
         modes = [a.split("=", 1)[1] for a in apiserver if a.startswith("--authorization-mode=")]
         assert modes == (["RBAC"] if large else ["Node,RBAC"]), modes

@@ -188,7 +188,7 @@ class KwokCluster(Cluster):
             runtime_config=as_flag(runtime_config(spec.k8s)),
             ports=component_ports(spec.apiserver_port),
             stages=stages,
-            patches=component_patches(spec.allow_large),
+            patches=component_patches(spec.allow_large, feature_gates(spec.k8s)),
         ))
         # kwokctl picks "random" free ports by probing, so two creations at once can pick the same ones and
         # both hang; one creation at a time per machine (a few seconds each) rules that out.
