@@ -38,7 +38,7 @@ from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.kwok import cluster as kwok_cluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.namespaces import create_namespace
-from testbed.waiting import wait_for
+from testbed.waiting import WaitTimeout, wait_for
 
 FLEETS = {"h100": (("h100-80gb", 8),),
           "mixed": (("h100-80gb", 8), ("h200-141gb", 8), ("b200-180gb", 8), ("gb200-186gb", 4))}
@@ -113,11 +113,16 @@ def schedule_pods(api: client.ApiClient, count: int) -> float:
     bound: set[str] = set()
 
     def all_bound(pod) -> bool:
-        if pod.spec.node_name:
+        if pod.spec.node_name and pod.metadata.name not in bound:
             bound.add(pod.metadata.name)
+            if len(bound) % 10 == 0:  # progress: at 5,000 nodes a pod takes seconds
+                print(f"  ... {len(bound)} of {count} pods bound after {time.monotonic() - started:.0f} s", flush=True)
         return len(bound) >= count
 
-    wait_for(core.list_namespaced_pod, all_bound, namespace="bench", timeout=1800, what=f"{count} pods bound")
+    try:
+        wait_for(core.list_namespaced_pod, all_bound, namespace="bench", timeout=1800, what=f"{count} pods bound")
+    except WaitTimeout as timeout:
+        raise WaitTimeout(f"{len(bound)} of {count} pods bound: {timeout}") from None
     return time.monotonic() - started
 
 
@@ -228,10 +233,17 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         api = cluster.api_client()
         nodes = fleet_nodes(fleet, count)
         gpus = sum(n.count for n in nodes)
+        # each phase's figures are printed as soon as they are measured: a later phase that fails or times
+        # out (at 5,000 nodes the last one comes after half an hour) does not lose the earlier ones
+        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG, {credentials} credentials, "
+              f"{'stock control plane' if stock else 'large-fleet settings'}", flush=True)
         cpu_start = cpu_seconds(processes(cluster))
         kwok_seconds = create_nodes(api, nodes)
         kwok_rss = peak_rss(processes(cluster))
         cpu_kwok = cpu_seconds(processes(cluster))
+        print(f"  KWOK alone: {count} nodes created and Ready        {kwok_seconds:8.1f} s ({count / kwok_seconds:.1f} nodes/s)")
+        kwok_cpu = show_cpu("KWOK alone", cpu_start, cpu_kwok)
+        kwok_total = show_memory("after KWOK alone", kwok_rss)
         launch.START_TIMEOUT = 3600.0  # a first publish of thousands of nodes
         started = time.monotonic()
         identity = (DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT) if credentials == "node" else None
@@ -248,27 +260,22 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         save_profile(api, profile, "heap")
         save_component_heaps(cluster, profile)
         published_rss = peak_rss(processes(cluster))  # before any pod: what holding the slices costs
+        print(f"  publisher: first publish of every node done     {publish_seconds:8.1f} s ({count / publish_seconds:.1f} nodes/s)")
+        publish_cpu = show_cpu("publishing", {**cpu_kwok, "publisher": 0.0}, cpu_published)
+        show_memory("after publishing, before pods", published_rss)
+        print(f"  ratio publish time / KWOK nodes time: {publish_seconds / kwok_seconds:.2f} (goal {GOAL})")
+        print(f"  ratio publish CPU / KWOK nodes CPU: {publish_cpu / kwok_cpu:.2f} (all processes; the benchmark's own creation included)", flush=True)
         n_slices, n_devices = check_pools(api, nodes)
+        print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
+              f"({n_slices / publish_seconds:.1f} slices/s accepted)", flush=True)
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
         if profile:
             save_component_heaps(cluster, profile / "after-pods")
         all_rss = peak_rss(processes(cluster))
         api.close()
-        print(f"Kubernetes {k8s}, {count} KWOK nodes, {gpus} GPUs ({fleet}), dynamic MIG, {credentials} credentials, "
-              f"{'stock control plane' if stock else 'large-fleet settings'}", flush=True)
-        print(f"  KWOK alone: {count} nodes created and Ready        {kwok_seconds:8.1f} s ({count / kwok_seconds:.1f} nodes/s)")
-        print(f"  publisher: first publish of every node done     {publish_seconds:8.1f} s ({count / publish_seconds:.1f} nodes/s)")
-        print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
-              f"({n_slices / publish_seconds:.1f} slices/s accepted)")
         if pods:
             print(f"  schedulable: {pods} pods with a 1g MIG claim bound in {pod_seconds:.1f} s")
-        kwok_cpu = show_cpu("KWOK alone", cpu_start, cpu_kwok)
-        publish_cpu = show_cpu("publishing", {**cpu_kwok, "publisher": 0.0}, cpu_published)
-        kwok_total = show_memory("after KWOK alone", kwok_rss)
-        show_memory("after publishing, before pods", published_rss)
         total = show_memory("after publishing and scheduling", all_rss)
-        print(f"  ratio publish time / KWOK nodes time: {publish_seconds / kwok_seconds:.2f} (goal {GOAL})")
-        print(f"  ratio publish CPU / KWOK nodes CPU: {publish_cpu / kwok_cpu:.2f} (all processes; the benchmark's own creation included)")
         print(f"  ratio peak RSS sum / KWOK alone: {total / kwok_total:.2f}; sum {total / 2**30:.2f} GiB (limit 16 GiB)", flush=True)
         return {"nodes": count, "gpus": gpus, "kwok_s": kwok_seconds, "publish_s": publish_seconds, "rss_sum": total}
     finally:

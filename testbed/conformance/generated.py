@@ -25,6 +25,7 @@ from testbed.conformance.node_watch import NodeWatch
 from testbed.conformance.outcome import CheckFailed, Evidence
 from testbed.conformance.subject import Subject
 from testbed.workloads.bundle import layout_from_nodes, layout_yaml
+from testbed.workloads.corpus import VRAM_CASES
 from testbed.workloads.machine import allocation_machine
 from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
@@ -163,8 +164,16 @@ def _api_side(subject: Subject, identity: DriverIdentity, budget: Budget, layout
             ran.append(f"memory selectors x{budget.memory} over {memories} MiB")
             memory()
 
-        # Explicit examples, as Hypothesis' explicit phase runs them: "a GPU but not a <board>" by each string
-        # attribute of NVIDIA's the generator draws from, on a node of only that board (the model: pending).
+        # Explicit examples, as Hypothesis' explicit phase runs them. The theme corpus's VRAM boundaries: all
+        # whole GPUs of at least 80/94/141/180 GiB, each board marketed as N GB being a little under N GiB. A
+        # driver publishing more memory than NVML reports gets a board its real size leaves out; the generated
+        # cases above find that only when a drawn threshold falls between the two, and the machine's draws
+        # follow the scheduler's choices, so without these a run could miss it (seen once in three matrix runs).
+        for vram in VRAM_CASES if memories else ():  # whole GPUs only: a fleet of MIG devices has none to ask for
+            memory_selector(subject.api, layout, bundles / "vram", vram.case, identity.gpu_class, identity=identity)
+            ran.append(f"all GPUs of at least {vram.gib} GiB")
+        # And "a GPU but not a <board>" by each string attribute of NVIDIA's the generator draws from, on a node
+        # of only that board (the model: pending).
         # A driver that misnames the attribute gets the claim the excluded board there (its published device
         # lacks the attribute), which the board's real facts refute; random machine steps rarely draw this.
         for node, selector in _exclusions(inventory):
