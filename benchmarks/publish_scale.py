@@ -38,7 +38,7 @@ from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.kwok import cluster as kwok_cluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.namespaces import create_namespace
-from testbed.waiting import WaitTimeout, wait_for
+from testbed.waiting import WaitTimeout, until, wait_for
 
 FLEETS = {"h100": (("h100-80gb", 8),),
           "mixed": (("h100-80gb", 8), ("h200-141gb", 8), ("b200-180gb", 8), ("gb200-186gb", 4))}
@@ -70,15 +70,17 @@ def create_nodes(api: client.ApiClient, nodes: list[NodeSpec]) -> float:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: core.create_node(body=bench_node(n), _preload_content=False), nodes))
     waiting = {n.name for n in nodes}
-    deadline = started + 3600
-    # paged and undecoded (as check_pools): every poll decoding 5,000 Node objects into client models made
-    # this script's own peak (which counts in the sum it reports) 614 MiB at 5,000 nodes
-    while waiting:
-        waiting -= {n["metadata"]["name"] for n in pages(core.list_node, label_selector="bench=publish-scale") if ready(n)}
-        if waiting and time.monotonic() > deadline:
-            raise TimeoutError(f"{len(waiting)} of {len(nodes)} nodes not Ready after an hour, e.g. {sorted(waiting)[:3]}")
-        if waiting:
-            time.sleep(1)
+
+    def none_waiting() -> bool:
+        # paged and undecoded (as check_pools): every poll decoding 5,000 Node objects into client models made
+        # this script's own peak (which counts in the sum it reports) 614 MiB at 5,000 nodes
+        waiting.difference_update(n["metadata"]["name"] for n in pages(core.list_node, label_selector="bench=publish-scale") if ready(n))
+        return not waiting
+
+    try:
+        until(f"{len(nodes)} nodes Ready", none_waiting, timeout=3600, interval=1.0)
+    except WaitTimeout as timeout:
+        raise WaitTimeout(f"{timeout}: {len(waiting)} not Ready, e.g. {sorted(waiting)[:3]}") from None
     return time.monotonic() - started
 
 

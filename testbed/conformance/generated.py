@@ -163,17 +163,17 @@ def _api_side(subject: Subject, identity: DriverIdentity, budget: Budget, layout
                 memory_selector(subject.api, layout, bundles / "memory", case, identity.gpu_class, identity=identity)
             ran.append(f"memory selectors x{budget.memory} over {memories} MiB")
             memory()
+            # Explicit examples, as Hypothesis' explicit phase runs them: the theme corpus's VRAM boundaries, all
+            # whole GPUs of at least 80/94/141/180 GiB, each board marketed as N GB being a little under N GiB. A
+            # driver publishing more memory than NVML reports gets a board its real size leaves out; the generated
+            # cases above find that only when a drawn threshold falls between the two, and the machine's draws
+            # follow the scheduler's choices, so without these a run could miss it (seen once in three matrix runs).
+            for vram in VRAM_CASES:
+                memory_selector(subject.api, layout, bundles / "vram", vram.case, identity.gpu_class, identity=identity)
+                ran.append(f"all GPUs of at least {vram.gib} GiB")
 
-        # Explicit examples, as Hypothesis' explicit phase runs them. The theme corpus's VRAM boundaries: all
-        # whole GPUs of at least 80/94/141/180 GiB, each board marketed as N GB being a little under N GiB. A
-        # driver publishing more memory than NVML reports gets a board its real size leaves out; the generated
-        # cases above find that only when a drawn threshold falls between the two, and the machine's draws
-        # follow the scheduler's choices, so without these a run could miss it (seen once in three matrix runs).
-        for vram in VRAM_CASES if memories else ():  # whole GPUs only: a fleet of MIG devices has none to ask for
-            memory_selector(subject.api, layout, bundles / "vram", vram.case, identity.gpu_class, identity=identity)
-            ran.append(f"all GPUs of at least {vram.gib} GiB")
-        # And "a GPU but not a <board>" by each string attribute of NVIDIA's the generator draws from, on a node
-        # of only that board (the model: pending).
+        # Explicit examples too: "a GPU but not a <board>" by each string attribute of NVIDIA's the generator
+        # draws from, on a node of only that board (the model: pending).
         # A driver that misnames the attribute gets the claim the excluded board there (its published device
         # lacks the attribute), which the board's real facts refute; random machine steps rarely draw this.
         for node, selector in _exclusions(inventory):
