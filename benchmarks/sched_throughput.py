@@ -10,6 +10,11 @@ H100s, as a node has at most 8). Three legs:
    toolchain on PATH), built once per version into the cache; its SchedulingThroughput data item.
 2. pre-created: a KWOK bed whose publisher has published every node's slices and is then stopped.
 3. ours: the same bed with the publisher running (as `dra-testbed up` leaves it).
+4. ours-perf-gates (optional): leg 3 with scheduler_perf's feature gates instead of the bed's. The bed turns
+   on the alpha DRA gates its suites need (partitionable devices, consumable capacity, ...), and with
+   those on the scheduler's allocator is the "experimental" implementation; the workload's defaults pick
+   the "incubating" one (k8s.io/dynamic-resource-allocation/structured: the first whose features cover
+   the enabled ones). This leg separates what the gates cost from what the harness costs.
 
 Both beds run without the stand-in kubelet (pods are bound, not prepared), as scheduler_perf runs no kubelet.
 
@@ -17,7 +22,7 @@ Legs 2 and 3 count a pod scheduled when it first shows a nodeName and sample eve
 scheduler_perf's throughput collector (first sample skipped, empty intervals merged), so the figures
 compare. The ratio ours / scheduler_perf is the goal (>= 0.9).
 
-    python benchmarks/sched_throughput.py [--nodes 625] [--gpus 8] [--pods 2500] [--legs perf,pre,ours]
+    python benchmarks/sched_throughput.py [--nodes 625] [--gpus 8] [--pods 2500] [--legs perf,pre,ours,ours-perf-gates]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest.mock import patch
 
 from filelock import FileLock
 from kubernetes import client, watch
@@ -42,6 +48,7 @@ from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import release_for
 from testbed.clusters.base import ClusterSpec
+from testbed.clusters.features import FEATURE_GATES
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.kubelet import process as standin
@@ -53,6 +60,8 @@ from testbed.toolchain.resolve import ensure
 GOAL = 0.9
 WORKLOAD = "BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes$"
 PERF_PACKAGE = "k8s.io/kubernetes/test/integration/scheduler_perf/dra"
+LEG_NAMES = {"perf": "scheduler_perf", "pre": "pre-created slices", "ours": "ours",
+             "ours-perf-gates": "ours with scheduler_perf's gates"}
 
 
 # ----------------------------------------------------------------------------- scheduler_perf
@@ -130,6 +139,8 @@ class Throughput:
                     if self.stop.is_set():
                         break
             except Exception:  # noqa: BLE001 - a cut or expired watch (seen under load): list again, watch on
+                if self.stop.is_set():  # the leg is over and its cluster may be gone already
+                    return
                 listing = json.loads(self.core.list_namespaced_pod(self.namespace, _preload_content=False).data)
                 self.scheduled.update(p["metadata"]["name"] for p in listing["items"] if p["spec"].get("nodeName"))
                 version = listing["metadata"]["resourceVersion"]
@@ -181,13 +192,16 @@ def claim_pods(api: client.ApiClient, namespace: str, count: int, device_class: 
     return collector
 
 
-def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool) -> dict[str, float]:
-    """Throughput of the measured pods on a fresh KWOK bed, with the publisher running or stopped."""
+def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool, perf_gates: bool = False) -> dict[str, float]:
+    """Throughput of the measured pods on a fresh KWOK bed, with the publisher running or stopped; with
+    `perf_gates`, the control plane gets no gates beyond the release's defaults (as the workload's)."""
     name = f"tput-{uuid.uuid4().hex[:6]}"
     cluster = KwokCluster(name)
     layout = Layout(tuple(NodeSpec(f"gpu-{i:04d}", "h100-80gb", gpus, Mode("whole")) for i in range(nodes)))
     try:
-        cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout, allow_large=True))
+        # the workload sets DynamicResourceAllocation only, on by default since 1.34: no gate of the bed's
+        with patch.dict(FEATURE_GATES, {release_for(minor).minor: ()} if perf_gates else {}):
+            cluster.create(ClusterSpec(name=name, k8s=minor, layout=layout, allow_large=True))
         # No stand-in kubelet: scheduler_perf runs none either, and ours starts a kubelet plugin process per
         # node once a pod with claims lands there (some 70 MB each: 625 full nodes would need 44 GB).
         standin.stop(cluster.home)
@@ -205,7 +219,7 @@ def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool) -> dict[s
 
 
 def show(label: str, data: dict[str, float]) -> None:
-    print(f"  {label:<34} average {data['Average']:6.1f} pods/s   p50 {data['Perc50']:6.1f}   p90 {data['Perc90']:6.1f}", flush=True)
+    print(f"  {label:<48} average {data['Average']:6.1f} pods/s   p50 {data['Perc50']:6.1f}   p90 {data['Perc90']:6.1f}", flush=True)
 
 
 def main() -> None:
@@ -214,9 +228,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=625)
     parser.add_argument("--gpus", type=int, default=8, help="whole GPUs per node (at most 8)")
     parser.add_argument("--pods", type=int, default=2500, help="pods scheduled first, then as many measured")
-    parser.add_argument("--legs", default="perf,pre,ours", help="comma-separated: perf (scheduler_perf), pre, ours")
+    parser.add_argument("--legs", default="perf,pre,ours,ours-perf-gates", help=f"comma-separated, of: {', '.join(LEG_NAMES)}")
     args = parser.parse_args()
     legs = args.legs.split(",")
+    if unknown := [leg for leg in legs if leg not in LEG_NAMES]:
+        parser.error(f"unknown leg {unknown[0]!r}; legs are {', '.join(LEG_NAMES)}")
     results: dict[str, dict[str, float]] = {}
     if "perf" in legs:
         perf_binary(args.k8s)  # the build is not part of any leg
@@ -227,16 +243,16 @@ def main() -> None:
             results[leg] = scheduler_perf(args.k8s)
             label = "scheduler_perf 500 nodes x 10"
         else:
-            results[leg] = bed(args.k8s, args.nodes, args.gpus, args.pods, publisher=leg == "ours")
-            label = f"{'ours' if leg == 'ours' else 'pre-created slices'} {args.nodes} x {args.gpus} GPUs"
+            results[leg] = bed(args.k8s, args.nodes, args.gpus, args.pods, publisher=leg != "pre", perf_gates=leg == "ours-perf-gates")
+            label = f"{LEG_NAMES[leg]} {args.nodes} x {args.gpus} GPUs"
         show(label, results[leg])
         print(f"    ({time.monotonic() - started:.0f} s for the leg)", flush=True)
-    if "ours" in results:
+    for ours in ("ours", "ours-perf-gates"):
         for base in ("perf", "pre"):
-            if base in results:
-                ratio = results["ours"]["Average"] / results[base]["Average"]
-                print(f"  ratio ours / {'scheduler_perf' if base == 'perf' else 'pre-created'}: {ratio:.2f}"
-                      f"{f' (goal {GOAL})' if base == 'perf' else ''}", flush=True)
+            if ours in results and base in results:
+                ratio = results[ours]["Average"] / results[base]["Average"]
+                print(f"  ratio {LEG_NAMES[ours]} / {LEG_NAMES[base]}: {ratio:.2f}{f' (goal {GOAL})' if base == 'perf' else ''}",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from interrupt_helpers import SIGNALS, Phase, interrupt_at
+from suites.processes import mentioning
 from testbed import leftovers
 from testbed.clusters.kind.dockerd import engine_running
 
@@ -55,15 +56,7 @@ def _node_containers(name: str) -> list[str]:
 
 def _making_containers(name: str) -> list[int]:
     """Docker CLIs still making a node container of cluster `name` (their command line carries its label)."""
-    label = f"io.x-k8s.kind.cluster={name}".encode()
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if label in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
+    return mentioning(f"io.x-k8s.kind.cluster={name}")
 
 
 def _phases(name: str) -> list[Phase]:

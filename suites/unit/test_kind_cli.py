@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from suites.processes import mentioning
 from testbed.clusters.kind.kind_cli import run_kind
 
 # `docker run ... MARK` takes 2 s to make its "container" (the file MARK); any other subcommand (`logs -f`) runs on
@@ -37,14 +38,7 @@ def _stand_ins(tmp_path: Path, kind_then: str) -> Path:
 
 def _left(tmp_path: Path) -> list[int]:
     """Processes still running a stand-in of this test."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if str(tmp_path).encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
+    return mentioning(str(tmp_path))
 
 
 def test_kind_failing_on_one_node_returns_after_the_other_nodes_docker_runs(tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ from testbed import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
-from testbed.clusters.kind.driver import READY_TIMEOUT, kind_driver
+from testbed.clusters.kind.driver import READY_TIMEOUT, KindDriver, kind_driver
 from testbed.clusters.kind.inotify import InotifyLimitError, ensure_limits
 from testbed.clusters.kind.kind_cli import run_kind
 from testbed.clusters.kind.gpu_nodes import BASE_SPEC_IN_NODE, make_device_nodes, write_base_spec
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
+from testbed.clusters.kind.preload import Preload, worker_names
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
 from testbed.clusters.kind.nodes import (NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, gpu_minors, node_labels, nvml_library,
                                          provision_state)
@@ -152,8 +153,16 @@ class KindCluster(Cluster):
         nodes = self.plan_nodes(spec.layout, write_base_spec(image, self.home / "cri-base.json"))
         config = self.render_config(spec, nodes)
         kubeconfig = self.home / "kubeconfig"
+        preload = None if os.environ.get(NO_DRIVER_ENV) else self._start_preload(driver, release.minor, kind, nodes)
         try:
-            self._create_nodes(kind, image, config, kubeconfig, len(nodes))
+            try:
+                self._create_nodes(kind, image, config, kubeconfig, len(nodes))
+            except BaseException:
+                if preload:
+                    preload.finish(cancel=True)
+                raise
+            if preload:
+                self._end_preload(preload)
             kubeconfig.chmod(0o600)
             with progress.step("routing pod subnets between nodes"):
                 self.add_routes()
@@ -177,6 +186,20 @@ class KindCluster(Cluster):
             if isinstance(exc, ClusterError) and not isinstance(exc, ClusterStartError):
                 raise ClusterStartError(str(exc)) from exc
             raise
+
+    def _start_preload(self, driver: KindDriver, minor: str, kind: Path, nodes: list[KindNode]) -> Preload | None:
+        """Start loading the driver's image into the workers while kind creates them (preload.py)."""
+        image = driver.image(minor)
+        workers = sum(1 for n in nodes if n.role == "worker")
+        return Preload(kind, self.kind_name, worker_names(self.kind_name, workers), [image]) if image and workers else None
+
+    @staticmethod
+    def _end_preload(preload: Preload) -> None:
+        preload.finish()
+        if preload.loaded:
+            progress.note(f"driver image loaded into the workers while they joined ({preload.seconds:.1f}s)")
+        elif preload.error:
+            progress.note(f"[yellow]loading the driver image early failed ({preload.error}); it is loaded after the nodes are up[/yellow]")
 
     def _create_nodes(self, kind: Path, image: str, config: Path, kubeconfig: Path, count: int) -> None:
         """`kind create cluster`, tried once more when a node's systemd missed kind's fixed 30 s to boot (seen

@@ -40,6 +40,10 @@ class KindDriver(abc.ABC):
         """Refuse (DriverSpecError, one line) a driver that cannot be deployed, before the cluster is made;
         the Docker engine runs by then."""
 
+    def image(self, minor: str) -> str | None:
+        """The image `deploy` runs (built if it must be), so it can be loaded while the nodes boot; None: no image."""
+        return None
+
     @abc.abstractmethod
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
         """Deploy (or redeploy) on the GPU workers and return once every layout node has its slices."""
@@ -62,12 +66,15 @@ class KindDriver(abc.ABC):
 class OurDriver(KindDriver):
     """Our fake-GPU driver image, built from this tree and loaded into the workers."""
 
+    def image(self, minor: str) -> str:
+        from testbed.clusters.kind.driver_image import ensure_driver_image
+
+        return ensure_driver_image(minor)
+
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
         """Build and load the driver image, apply classes, RBAC, policy and DaemonSets; wait for every
         GPU node's plugin to run and its slices to appear."""
-        from testbed.clusters.kind.driver_image import ensure_driver_image
-
-        image = ensure_driver_image(minor)
+        image = self.image(minor)
         cluster.load_images(image, workers_only=True)  # the control plane runs no driver
         groups = []
         for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):

@@ -53,7 +53,7 @@ class NvidiaKindDriver(KindDriver):
             except PluginNotFound as exc:
                 raise DriverSpecError(str(exc)) from None
 
-    def image(self) -> str:
+    def image(self, minor: str = "") -> str:
         """The image to run: the given one (it must be in the local engine), or one built around the binary."""
         if self.spec.kind == "image":
             assert self.spec.image
@@ -71,7 +71,7 @@ class NvidiaKindDriver(KindDriver):
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
         """Load the image, replace any other driver, apply the chart's DeviceClasses and DaemonSets, and
         wait for every GPU node's plugin to run and publish."""
-        image = self.image()
+        image = self.image(minor)
         cluster.load_images(image, workers_only=True)
         manifest = cluster.home / "nvidia-driver.yaml"
         manifest.write_text(render_manifest(image, layout, self.spec.env))
