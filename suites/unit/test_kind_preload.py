@@ -64,6 +64,16 @@ def test_kinds_failure_is_reported_not_raised(tmp_path: Path, monkeypatch: pytes
     assert not job.loaded and job.error == 'ERROR: image: "img:1" not present locally'
 
 
+def test_a_failed_load_leaves_none_of_kinds_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # kind load that fails on one node returns with the other nodes' imports under way (pipes of their own)
+    _answering(monkeypatch, {"bed-worker": True})
+    child = f"{sys.executable} -c 'import time; time.sleep(600)' {tmp_path}/child >/dev/null 2>&1 </dev/null &"
+    job = Preload(_kind(tmp_path, f"{child}\nsleep 0.5\necho 'ERROR: failed to load image' >&2; exit 1"), "bed", ["bed-worker"], ["img:1"])
+    job.finish()
+    assert not job.loaded and job.error == "ERROR: failed to load image"
+    assert _left(tmp_path) == []
+
+
 def test_a_worker_that_never_answers_ends_it_at_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _answering(monkeypatch, {})
     job = Preload(_kind(tmp_path, "exit 0"), "bed", ["bed-worker"], ["img:1"], deadline_s=0.2)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hostenv.processes import stop_group
 from testbed.clusters.kind.dockerd import DockerError, docker
+from testbed.clusters.kind.kind_cli import settle_group
 
 POLL_SECONDS = 0.5
 
@@ -68,6 +69,8 @@ class Preload:
                 env=dict(os.environ, KIND_EXPERIMENTAL_PROVIDER="docker"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         output, _ = self.process.communicate()
+        # as run_kind does: kind returns on the first node that failed, the others' imports still under way
+        settle_group(self.process.pid)
         self.seconds = time.monotonic() - started
         self.loaded = self.process.returncode == 0 and not self.cancelled.is_set()
         if not self.loaded and not self.cancelled.is_set():
