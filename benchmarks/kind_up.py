@@ -8,6 +8,8 @@ dra-testbed process running: its dockerd too is started by the command (`down` s
 timed twice: from the same engine-less start (the engine started inside the timing) and with the engine
 already running (as a user's resident Docker would be; the stricter baseline, the one the goal is
 judged on). Raw kind's nodes get the same ptp CNI config files `up` mounts, so they can become Ready.
+The node, driver and workers' images are built before any timing, as after a first `up` (each is built
+once per version of its inputs and cached).
 "pod to Running" times a pod of the workload image (pull policy Never) from create to phase Running
 on the worker, without and with a whole-GPU claim. `--image-build` first times a node-image build from
 the current cache (cold only if the cache is empty) and reports the image size.
@@ -37,6 +39,7 @@ from testbed.clusters.layout import from_flags
 from testbed.clusters.kind.dockerd import docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.node_image import ensure_node_image
 from testbed.clusters.kind.driver_image import ensure_driver_image, ensure_workload_image
+from testbed.clusters.kind.worker_image import ensure_worker_image
 from testbed.toolchain.resolve import ensure
 
 NODE_FLAG = "gpu-0=h100-80gb:1:whole"
@@ -165,7 +168,8 @@ def main() -> None:
     image = ensure_node_image(args.k8s, prefer_kindest=False).reference
     size = int(docker("image", "inspect", image, "--format", "{{.Size}}").stdout.strip())
     result.update(image=image, image_size_mib=round(size / 2**20))
-    ensure_driver_image(args.k8s)  # warm: `up` builds it only when the tree changed
+    # warm, as after a first `up`: both are built only when the tree (or the node image) changed
+    ensure_worker_image(image, [ensure_driver_image(args.k8s)])
     if args.pods_only:
         print(json.dumps({k: round(v, 2) for k, v in pods_to_running(args.k8s).items()}, indent=2))
         return

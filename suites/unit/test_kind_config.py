@@ -14,8 +14,8 @@ from testbed.templates import render_template
 
 def test_kind_config_switches_leader_election_off_and_keeps_the_gates() -> None:
     text = render_template("kind.yaml.j2", cluster_name="x", feature_gates=feature_gates("1.34"), runtime_config=runtime_config("1.34"),
-                           apiserver_port=None, pod_subnet="10.244.0.0/16", nodes=[{"role": "control-plane", "labels": {}, "mounts": []}],
-                           restart_backoff_max=None)
+                           apiserver_port=None, pod_subnet="10.244.0.0/16", nodes=[{"role": "control-plane", "labels": {}, "mounts": [], "image": "node:1"}],
+                           restart_backoff_max=None, join_patches=[])
     config = yaml.safe_load(text)
     patches = [yaml.safe_load(p) for p in config["kubeadmConfigPatches"]]
     cluster = next(p for p in patches if p["kind"] == "ClusterConfiguration")
@@ -27,8 +27,8 @@ def test_kind_config_switches_leader_election_off_and_keeps_the_gates() -> None:
 
 def _kubelet_patch(restart_backoff_max: int | None) -> dict:
     text = render_template("kind.yaml.j2", cluster_name="x", feature_gates=feature_gates("1.34"), runtime_config=runtime_config("1.34"),
-                           apiserver_port=None, pod_subnet="10.244.0.0/16", nodes=[{"role": "control-plane", "labels": {}, "mounts": []}],
-                           restart_backoff_max=restart_backoff_max)
+                           apiserver_port=None, pod_subnet="10.244.0.0/16", nodes=[{"role": "control-plane", "labels": {}, "mounts": [], "image": "node:1"}],
+                           restart_backoff_max=restart_backoff_max, join_patches=[])
     patches = [yaml.safe_load(p) for p in yaml.safe_load(text)["kubeadmConfigPatches"]]
     return next(p for p in patches if p["kind"] == "KubeletConfiguration")
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,13 +19,17 @@ from testbed import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
-from testbed.clusters.kind.driver import READY_TIMEOUT, KindDriver, kind_driver
+from testbed.clusters.kind.driver import POLL_SECONDS, READY_TIMEOUT, KindDriver, kind_driver
+from testbed.clusters.kind.early_deploy import EarlyDeploy
 from testbed.clusters.kind.inotify import InotifyLimitError, ensure_limits
+from testbed.clusters.kind.join_discovery import JoinDiscovery
+from testbed.clusters.kind.join_discovery import prepare as prepare_join
 from testbed.clusters.kind.kind_cli import run_kind
 from testbed.clusters.kind.gpu_nodes import BASE_SPEC_IN_NODE, make_device_nodes, write_base_spec
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
-from testbed.clusters.kind.preload import Preload, worker_names
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
+from testbed.clusters.kind.node_storage import containerd_name, storage_mounts, unpack_images
+from testbed.clusters.kind.worker_image import ensure_worker_image
 from testbed.clusters.kind.nodes import (NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, gpu_minors, node_labels, nvml_library,
                                          provision_state)
 from testbed.clusters.layout import Layout, check_size
@@ -87,12 +92,17 @@ class KindCluster(Cluster):
     def exists(self) -> bool:
         return self.home.exists() or bool(self.node_containers())
 
-    def plan_nodes(self, layout: Layout, base_spec: Path | None = None) -> list[KindNode]:
+    def plan_nodes(self, layout: Layout, base_spec: Path | None = None, join: JoinDiscovery | None = None) -> list[KindNode]:
         """Control plane plus one worker per layout node, with state dirs and CNI configs to mount; GPU
-        workers also get `base_spec` as their containerd's base OCI spec (gpu_nodes.py)."""
+        workers also get `base_spec` as their containerd's base OCI spec (gpu_nodes.py), and with `join`
+        the control plane its CA and the workers their discovery file (join_discovery.py)."""
         nodes = [KindNode("control-plane", 0)]
         nodes += [KindNode("worker", i + 1, layout=n, labels=node_labels(n)) for i, n in enumerate(layout.nodes)]
+        storage = storage_mounts(self.home)
         for node in nodes:
+            node.mounts += storage
+            if join is not None:
+                node.mounts += join.control_plane_mounts() if node.role == "control-plane" else join.worker_mounts()
             folder = self.home / "nodes" / (node.layout.name if node.layout else "control-plane")
             folder.mkdir(parents=True, exist_ok=True)
             cni = folder / "cni.conflist"
@@ -107,12 +117,17 @@ class KindCluster(Cluster):
                     node.mounts.append(Mount(str(base_spec), BASE_SPEC_IN_NODE, readonly=True))
         return nodes
 
-    def render_config(self, spec: ClusterSpec, nodes: list[KindNode]) -> Path:
+    def render_config(self, spec: ClusterSpec, nodes: list[KindNode], image: str, join: JoinDiscovery | None = None,
+                      worker_image: str | None = None) -> Path:
+        """kind.yaml of `nodes` booting from `image`, the workers from `worker_image` when given."""
         path = self.home / "kind.yaml"
         path.write_text(render_template(
             "kind.yaml.j2", cluster_name=self.kind_name, feature_gates=feature_gates(spec.k8s),
             runtime_config=runtime_config(spec.k8s), apiserver_port=spec.apiserver_port,
-            pod_subnet=POD_SUBNET, restart_backoff_max=_backoff(spec.restart_backoff_max), nodes=[{"role": n.role, "labels": n.labels, "mounts": [asdict(m) for m in n.mounts]} for n in nodes],
+            pod_subnet=POD_SUBNET, restart_backoff_max=_backoff(spec.restart_backoff_max),
+            join_patches=join.kubeadm_patches() if join else [],
+            nodes=[{"role": n.role, "labels": n.labels, "mounts": [asdict(m) for m in n.mounts],
+                    "image": worker_image if worker_image and n.role == "worker" else image} for n in nodes],
         ))
         return path
 
@@ -149,30 +164,34 @@ class KindCluster(Cluster):
             image = ensure_node_image(release.minor).reference
         except ImageBuildError as exc:
             raise ClusterError(str(exc)) from exc
+        driver_image = None if os.environ.get(NO_DRIVER_ENV) else driver.image(release.minor)
+        worker_image = self._worker_image(image, driver_image)
         self.home.mkdir(parents=True, exist_ok=True)
-        nodes = self.plan_nodes(spec.layout, write_base_spec(image, self.home / "cri-base.json"))
-        config = self.render_config(spec, nodes)
+        join = prepare_join(self.home, self.kind_name)
+        nodes = self.plan_nodes(spec.layout, write_base_spec(image, self.home / "cri-base.json"), join)
+        config = self.render_config(spec, nodes, image, join, worker_image=worker_image)
         kubeconfig = self.home / "kubeconfig"
-        preload = None if os.environ.get(NO_DRIVER_ENV) else self._start_preload(driver, release.minor, kind, nodes)
+        # recorded before kind runs: kubectl (the early deploy's) and the teardown of a failed create read it
+        self.record_spec(spec, release.kubernetes, image=image, kind=str(kind),
+                         nodes={self.node_name(n): (n.layout.name if n.layout else "control-plane") for n in nodes})
+        def start_early() -> EarlyDeploy | None:
+            if os.environ.get(NO_DRIVER_ENV):
+                return None
+            return self._start_early_deploy(driver, spec.layout, release.minor, nodes, driver_image)
+
         try:
-            try:
-                self._create_nodes(kind, image, config, kubeconfig, len(nodes))
-            except BaseException:
-                if preload:
-                    preload.finish(cancel=True)
-                raise
-            if preload:
-                self._end_preload(preload)
+            early = self._create_nodes(kind, image, config, kubeconfig, len(nodes), start_early)
             kubeconfig.chmod(0o600)
             with progress.step("routing pod subnets between nodes"):
                 self.add_routes()
             with progress.step("waiting for every node to be Ready"):
                 self.wait_ready(len(nodes))
-            for node in nodes:
-                if node.layout:
-                    make_device_nodes(self.node_name(node), gpu_minors(self.home / "nodes" / node.layout.name / "nvml"))
-            self.record_spec(spec, release.kubernetes, image=image, kind=str(kind),
-                             nodes={self.node_name(n): (n.layout.name if n.layout else "control-plane") for n in nodes})
+            if early and early.applied:
+                progress.note(f"driver applied while the workers joined ({early.seconds:.1f}s after kind started)")
+            elif early and early.error:
+                progress.note(f"[yellow]applying the driver early failed ({early.error}); it is deployed now[/yellow]")
+            if not (early and early.nodes_prepared):
+                self._make_device_nodes(nodes)
             if not os.environ.get(NO_DRIVER_ENV):
                 driver.deploy(self, spec.layout, release.minor)
             return kubeconfig
@@ -187,30 +206,45 @@ class KindCluster(Cluster):
                 raise ClusterStartError(str(exc)) from exc
             raise
 
-    def _start_preload(self, driver: KindDriver, minor: str, kind: Path, nodes: list[KindNode]) -> Preload | None:
-        """Start loading the driver's image into the workers while kind creates them (preload.py)."""
-        image = driver.image(minor)
-        workers = sum(1 for n in nodes if n.role == "worker")
-        return Preload(kind, self.kind_name, worker_names(self.kind_name, workers), [image]) if image and workers else None
+    def _make_device_nodes(self, nodes: list[KindNode]) -> None:
+        for node in nodes:
+            if node.layout:
+                make_device_nodes(self.node_name(node), gpu_minors(self.home / "nodes" / node.layout.name / "nvml"))
+
+    def _start_early_deploy(self, driver: KindDriver, layout: Layout, minor: str, nodes: list[KindNode],
+                            image: str | None) -> EarlyDeploy | None:
+        """Deploy the driver as soon as the API server answers, while kind joins the workers, and unpack its
+        image (`image`) in each GPU worker once it boots (early_deploy.py)."""
+        if not driver.early_apply:
+            return None
+        unpackers = [lambda worker=self.node_name(n): unpack_images(worker, [image] if image else []) for n in nodes if n.layout]
+        return EarlyDeploy(self.node_name(nodes[0]), self.home / "kubeconfig.early", unpackers, lambda: self._make_device_nodes(nodes),
+                           lambda kubeconfig: driver.apply(self, layout, minor, kubeconfig))
 
     @staticmethod
-    def _end_preload(preload: Preload) -> None:
-        preload.finish()
-        if preload.loaded:
-            progress.note(f"driver image loaded into the workers while they joined ({preload.seconds:.1f}s)")
-        elif preload.error:
-            progress.note(f"[yellow]loading the driver image early failed ({preload.error}); it is loaded after the nodes are up[/yellow]")
+    def _worker_image(node_image: str, driver_image: str | None) -> str:
+        """The image the workers boot from: the node image with the driver's image inside (worker_image.py)."""
+        if not driver_image:
+            return node_image
+        try:
+            return ensure_worker_image(node_image, [driver_image])
+        except DockerError as exc:
+            raise ClusterError(f"could not build the workers' image: {exc}") from exc
 
-    def _create_nodes(self, kind: Path, image: str, config: Path, kubeconfig: Path, count: int) -> None:
+    def _create_nodes(self, kind: Path, image: str, config: Path, kubeconfig: Path, count: int,
+                      start_early: Callable[[], EarlyDeploy | None]) -> EarlyDeploy | None:
         """`kind create cluster`, tried once more when a node's systemd missed kind's fixed 30 s to boot (seen
-        at load 60: "could not find a log line that matches ... Multi-User System"), after removing what it made."""
+        at load 60: "could not find a log line that matches ... Multi-User System"), after removing what it made.
+        Each attempt has an early deploy of its own (`start_early`; its nodes are new); returns the last one's."""
         for attempt in range(1, CREATE_ATTEMPTS + 1):
+            early = start_early()
             try:
                 with progress.step(f"kind create cluster {self.kind_name} ({count} nodes, {image})"):
-                    self._kind(kind, "create", "cluster", "--name", self.kind_name, "--image", image, "--config", str(config),
-                               "--kubeconfig", str(kubeconfig), "--retain", "--wait", f"{int(READY_TIMEOUT)}s",
-                               timeout=READY_TIMEOUT + 300)
-                return
+                    # each node's image is in the config: kind's --image would override the workers' (worker_image.py);
+                    # no --wait (the control plane Ready): wait_ready waits for every node after
+                    self._kind(kind, "create", "cluster", "--name", self.kind_name, "--config", str(config),
+                               "--kubeconfig", str(kubeconfig), "--retain", timeout=READY_TIMEOUT + 300)
+                return early
             except ClusterError as exc:
                 if attempt == CREATE_ATTEMPTS or SLOW_BOOT not in str(exc):
                     raise
@@ -219,6 +253,11 @@ class KindCluster(Cluster):
                 self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"),
                            check=False)
                 self._remove_containers()
+            finally:  # kind returned, failed or was interrupted: the deploy after it does whatever the early one did not
+                if early:
+                    early.finish()
+                    early.kubeconfig.unlink(missing_ok=True)
+        return None  # not reached: the last attempt returns or raises
 
     def node_name(self, node: KindNode) -> str:
         """kind's container (= Kubernetes node) name of a planned node."""
@@ -261,7 +300,7 @@ class KindCluster(Cluster):
                     return
                 if time.monotonic() > deadline:
                     raise ClusterError(f"{len(ready)} of {count} nodes Ready after {timeout:.0f}s")
-                time.sleep(1)
+                time.sleep(POLL_SECONDS)
         finally:
             api.close()
 
@@ -270,10 +309,11 @@ class KindCluster(Cluster):
         kind_driver(driver).deploy(self, self.saved_layout(), self.saved_minor())
         self.record_driver(driver)
 
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        """kubectl of the cluster's minor against this cluster."""
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 120, kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+        """kubectl of the cluster's minor against this cluster (through `kubeconfig` when given)."""
         kubectl = ensure(self.saved_minor(), ["kubectl"]).path("kubectl")
-        out = subprocess.run([str(kubectl), "--kubeconfig", str(self.home / "kubeconfig"), *args], capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig or self.home / "kubeconfig"), *args],
+                             capture_output=True, text=True, timeout=timeout)
         if check and out.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args[:2])} failed: {(out.stderr or out.stdout).strip()[-300:]}")
         return out
@@ -293,8 +333,7 @@ class KindCluster(Cluster):
     @staticmethod
     def _node_has_image(node: str, reference: str) -> bool:
         """Whether the node's containerd holds `reference` (as kind loads it: docker.io/ prefixed)."""
-        name = reference if "/" in reference.split(":")[0] and "." in reference.split("/")[0] else f"docker.io/{reference}"
-        out = docker("exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q", f"name=={name}", check=False)
+        out = docker("exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q", f"name=={containerd_name(reference)}", check=False)
         return out.returncode == 0 and bool(out.stdout.strip())
 
     def export_logs(self, folder: Path | None = None, kind: Path | None = None) -> Path:

@@ -11,6 +11,7 @@ import abc
 import importlib
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubernetes import client
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from testbed.clusters.kind.cluster import KindCluster
 
 READY_TIMEOUT = 300.0
+POLL_SECONDS = 0.25  # up returns this much after the driver is ready, at worst
 
 
 class KindDriver(abc.ABC):
@@ -41,8 +43,14 @@ class KindDriver(abc.ABC):
         the Docker engine runs by then."""
 
     def image(self, minor: str) -> str | None:
-        """The image `deploy` runs (built if it must be), so it can be loaded while the nodes boot; None: no image."""
+        """The image `deploy` runs (built if it must be), so the workers can boot holding it (worker_image.py); None: no image."""
         return None
+
+    early_apply = False  # whether `apply` may run while kind still joins the workers (early_deploy.py)
+
+    def apply(self, cluster: KindCluster, layout: Layout, minor: str, kubeconfig: Path | None = None) -> None:
+        """Apply the driver's manifests with `kubeconfig`, without waiting for anything (drivers with `early_apply`)."""
+        raise NotImplementedError(f"{type(self).__name__} is deployed whole, by deploy()")
 
     @abc.abstractmethod
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
@@ -71,37 +79,47 @@ class OurDriver(KindDriver):
 
         return ensure_driver_image(minor)
 
+    early_apply = True
+
+    def apply(self, cluster: KindCluster, layout: Layout, minor: str, kubeconfig: Path | None = None) -> None:
+        """Write and apply the device classes, RBAC, policy and DaemonSets (one per MIG kind in `layout`)."""
+        manifest, classes = cluster.home / "driver.yaml", cluster.home / "device-classes.json"
+        manifest.write_text(render_template(
+            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=_groups(layout),
+            image=self.image(minor), state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=self.spec.process_env()))
+        classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": DriverIdentity(self.spec.name).device_classes()}))
+        cluster.kubectl("apply", "-f", str(classes), "-f", str(manifest), kubeconfig=kubeconfig, timeout=30)
+
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
-        """Build and load the driver image, apply classes, RBAC, policy and DaemonSets; wait for every
-        GPU node's plugin to run and its slices to appear."""
+        """Load the driver image where it is missing, apply the manifests; wait for every GPU node's plugin
+        to run and its slices to appear."""
         image = self.image(minor)
         cluster.load_images(image, workers_only=True)  # the control plane runs no driver
-        groups = []
-        for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
-            if any(n.mode.kind in modes for n in layout.nodes):
-                groups.append({"name": mig, "mig": mig, "modes": list(modes)})
         manifest = cluster.home / "driver.yaml"
         before = manifest.read_text() if manifest.is_file() else None
-        manifest.write_text(render_template(
-            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=groups,
-            image=image, state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=self.spec.process_env()))
-        classes = cluster.home / "device-classes.json"
-        classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": DriverIdentity(self.spec.name).device_classes()}))
         with progress.step(f"deploying the driver ({image})"):
             from testbed.clusters.kind.nvidia_driver import NVIDIA_NAMESPACE
 
             self.retire(cluster, NVIDIA_NAMESPACE)
-            cluster.kubectl("apply", "-f", str(classes))
-            cluster.kubectl("apply", "-f", str(manifest))
+            self.apply(cluster, layout, minor)
             if before is not None and before != manifest.read_text():
                 # A redeploy with a new image or env: every node at once. The rolling update would replace the
                 # pods node by node (minutes per node on a loaded machine); node.rolling-update tests that path.
                 cluster.kubectl("-n", DRIVER_NAMESPACE, "delete", "pods", "-l", "app.kubernetes.io/name=dra-testbed-driver",
                                 "--wait=false")
-            for group in groups:  # a redeploy (new image or env) must be rolled out before tests go on
+            for group in _groups(layout):  # a redeploy (new image or env) must be rolled out before tests go on
                 cluster.kubectl("-n", DRIVER_NAMESPACE, "rollout", "status", f"daemonset/dra-testbed-driver-{group['name']}",
                                 f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
             wait_driver(cluster, layout)
+
+
+def _groups(layout: Layout) -> list[dict]:
+    """Our driver's DaemonSets for `layout`: dynamic (whole GPUs, dynamic MIG) and static MIG, those it needs."""
+    groups = []
+    for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
+        if any(n.mode.kind in modes for n in layout.nodes):
+            groups.append({"name": mig, "mig": mig, "modes": list(modes)})
+    return groups
 
 
 def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIMEOUT, namespace: str = DRIVER_NAMESPACE) -> None:
@@ -123,7 +141,7 @@ def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIM
             if time.monotonic() > deadline:
                 raise ClusterError(f"driver not up after {timeout:.0f}s: running on {sorted(x for x in running if x)}, "
                                    f"slices for {sorted(x for x in sliced if x)}, wanted {sorted(wanted)}")
-            time.sleep(1)
+            time.sleep(POLL_SECONDS)
     finally:
         api.close()
 

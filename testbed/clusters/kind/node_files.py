@@ -6,6 +6,8 @@ kubeadm with /kind/kubeadm.conf, systemctl, ctr import, kubectl apply of /kind/m
 
 from __future__ import annotations
 
+from testbed.clusters.kind.node_storage import MARKER_IN_NODE, SNAPSHOTS_IN_NODE
+
 ENTRYPOINT = r"""#!/bin/bash
 # Prepare a privileged container for systemd and a kubelet, then hand PID 1 to init.
 set -o errexit -o nounset -o pipefail
@@ -44,6 +46,13 @@ capbnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
 if (( (16#$capbnd >> 24 & 1) == 0 )); then
   say "no CAP_SYS_RESOURCE: containerd will not lower oom_score_adj"
   sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' /etc/containerd/config.toml
+fi
+
+# unpacked images and container files in memory when the cluster asks for it (node_storage.py): before
+# containerd starts, so it never sees the disk directory the tmpfs hides
+if [[ -f @MARKER@ ]]; then
+  mkdir -p @SNAPSHOTS@
+  mount -t tmpfs -o mode=0700 tmpfs @SNAPSHOTS@ || say "could not mount a tmpfs for containerd's snapshots; they stay on disk"
 fi
 
 # every node of a cluster starts from the same image: give each its own machine id
@@ -215,7 +224,7 @@ MASKED_UNITS = (
 def static_files(pause_image: str, version: str) -> dict[str, tuple[str, int]]:
     """Path in the node -> (content, mode) for every text file of the node image."""
     return {
-        "/usr/local/bin/entrypoint": (ENTRYPOINT, 0o755),
+        "/usr/local/bin/entrypoint": (ENTRYPOINT.replace("@MARKER@", MARKER_IN_NODE).replace("@SNAPSHOTS@", SNAPSHOTS_IN_NODE), 0o755),
         "/etc/containerd/config.toml": (CONTAINERD_CONFIG.format(pause_image=pause_image), 0o644),
         "/etc/systemd/system/containerd.service": (CONTAINERD_UNIT, 0o644),
         "/etc/systemd/system/kubelet.service": (KUBELET_UNIT, 0o644),

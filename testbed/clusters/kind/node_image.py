@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hostenv.versions import Release, release_for
 from testbed import hostdeps, progress
-from testbed.clusters.kind import node_components, node_files, rootfs
+from testbed.clusters.kind import node_components, node_files, node_storage, rootfs
 from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, image_present
 from testbed.toolchain.resolve import ensure
 
@@ -56,6 +56,7 @@ def _stage_inputs_hash(release: Release) -> str:
         "node": rootfs.rootfs_tarball("node").name, "base": rootfs.rootfs_tarball("base").name,
         "components": node_components._stamp(release),
         "files": hashlib.sha256(Path(node_files.__file__).read_bytes()).hexdigest(),
+        "storage": [node_storage.MARKER_IN_NODE, node_storage.SNAPSHOTS_IN_NODE],  # the entrypoint's paths
         "builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
     }, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
