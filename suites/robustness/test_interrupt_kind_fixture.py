@@ -81,10 +81,11 @@ def test_signal_during_the_kind_fixture_leaves_nothing(tmp_path: Path, signum: i
 # workers' slowly (the docker CLI's request under way for 10 s, as on a loaded machine), then waits as kind does
 # while kubeadm runs; `export logs` and `delete cluster` as kind does them. No Kubernetes runs in the containers.
 STAND_IN_KIND = """#!/bin/bash
-name=kind; image=; while [ $# -gt 0 ]; do
-  case "$1" in --name) name=$2;; --image) image=$2;; esac; args="$args $1"; shift; done
+name=kind; config=; while [ $# -gt 0 ]; do
+  case "$1" in --name) name=$2;; --config) config=$2;; esac; args="$args $1"; shift; done
 case "$args" in
 " create cluster"*)
+  image=$(awk '$1 == "image:" {print $2; exit}' "$config")  # each node's image is in the config
   for node in control-plane worker worker2 worker3; do
     cli=docker; [ $node != control-plane ] && cli=DIR/slow-docker
     $cli run --detach --label io.x-k8s.kind.cluster=$name --name $name-$node --entrypoint sleep $image 3600 >/dev/null &

@@ -27,19 +27,37 @@ def _kind(tmp_path: Path, failures: list[str]) -> Path:
     return script
 
 
-def _create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[str]) -> list[str]:
+class _Early:
+    """Stands in for an attempt's early deploy (early_deploy.py): records that it was finished."""
+
+    def __init__(self, tmp_path: Path, started: list[_Early]) -> None:
+        self.kubeconfig = tmp_path / f"kubeconfig.early-{len(started)}"
+        self.kubeconfig.write_text("")
+        self.finished = False
+        started.append(self)
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+def _create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: list[str], started: list[_Early] | None = None) -> list[str]:
     monkeypatch.setenv("DRA_TESTBED_STATE", str(tmp_path / "state"))
     cluster = KindCluster("retry-test")
     cluster.home.mkdir(parents=True)
+    started = [] if started is None else started
     try:
-        cluster._create_nodes(_kind(tmp_path, failures), "img", tmp_path / "kind.yaml", tmp_path / "kubeconfig", 2)
+        cluster._create_nodes(_kind(tmp_path, failures), "img", tmp_path / "kind.yaml", tmp_path / "kubeconfig", 2,
+                              lambda: _Early(tmp_path, started))
     finally:
         calls = (tmp_path / "calls").read_text().splitlines()
     return [c.split()[0] for c in calls]
 
 
 def test_a_slow_boot_is_removed_and_tried_once_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _create(tmp_path, monkeypatch, [SLOW]) == ["create", "delete", "create"]
+    started: list[_Early] = []
+    assert _create(tmp_path, monkeypatch, [SLOW], started) == ["create", "delete", "create"]
+    # the second attempt's nodes are new: it has an early deploy of its own; both are finished, their files gone
+    assert len(started) == 2 and all(e.finished and not e.kubeconfig.exists() for e in started)
 
 
 def test_a_second_slow_boot_is_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
