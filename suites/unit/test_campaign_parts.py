@@ -633,7 +633,7 @@ def test_the_benchmark_refuses_bad_settings_in_one_line_before_any_cluster(capsy
 def test_a_probe_of_a_server_that_cuts_its_answer_says_not_serving() -> None:
     # http.client's BadStatusLine and IncompleteRead are no OSError: a half-started apiserver's answer raised out of
     # the probe, and on kind out of all_running() into the chaos thread or the campaign's wait for the cluster
-    from testbed.campaign.probes import http_ok
+    from testbed.health import http_ok
 
     listener = socket.create_server(("127.0.0.1", 0))
 

@@ -7,15 +7,10 @@ downtime of a kill runs until these say ok.
 
 from __future__ import annotations
 
-import http.client
-import json
-import ssl
-import urllib.request
 from pathlib import Path
 from typing import Callable
 
-TIMEOUT = 2.0  # seconds per probe: a loaded apiserver answers slowly, not never
-
+from testbed.health import http_ok
 
 def flag(argv: list[str], name: str) -> str | None:
     """The value of `--name=value` (or `--name value`) in a command line."""
@@ -25,20 +20,6 @@ def flag(argv: list[str], name: str) -> str | None:
         if arg == f"--{name}" and i + 1 < len(argv):
             return argv[i + 1]
     return None
-
-
-def http_ok(url: str) -> bool:
-    """GET `url` answers 200 (a loopback component's own certificate is not checked)."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT, context=context if url.startswith("https") else None) as answer:
-            body = answer.read(4096)
-            if url.endswith("/health"):  # etcd answers 200 with {"health":"false"} while it has no leader
-                return json.loads(body or b"{}").get("health") == "true"
-            return answer.status == 200
-    except (OSError, ValueError, http.client.HTTPException):  # HTTPException: a restarting server's cut answer
-        return False
 
 
 def serving_url(argv: list[str]) -> str | None:

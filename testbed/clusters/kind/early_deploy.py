@@ -13,16 +13,15 @@ an early deploy that fails or is cut short costs nothing but its time.
 
 from __future__ import annotations
 
-import ssl
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from testbed.clusters.kind.dockerd import DockerError, docker
+from testbed.health import http_ok
 
 POLL_SECONDS = 0.5
 UNPACK_TRIES = 60  # polls: the workers boot within half a minute or are slow enough for kind to retry them
@@ -49,15 +48,8 @@ def published_endpoint(control_plane: str) -> str | None:
 
 
 def api_server_ready(endpoint: str) -> bool:
-    """Whether the API server at host:port answers /readyz with ok (anonymous, as kubeadm's checks are;
-    its serving certificate is not checked: nothing but this probe is sent)."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(f"https://{endpoint}/readyz", timeout=2, context=context) as response:
-            return response.status == 200
-    except (OSError, ValueError):  # refused, reset, 5xx (HTTPError is an OSError), a half-written port
-        return False
+    """Whether the API server at host:port answers /readyz with ok."""
+    return http_ok(f"https://{endpoint}/readyz")
 
 
 def read_admin_conf(control_plane: str) -> str | None:

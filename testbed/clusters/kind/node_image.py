@@ -177,14 +177,25 @@ echo 'ReadKMsg=no' >> /etc/systemd/journald.conf
 rm -f /etc/machine-id && touch /etc/machine-id
 """
 
-IMPORT_SCRIPT = """set -e
-(containerd > /var/log/containerd-build.log 2>&1 &)
-for i in $(seq 1 60); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
-ctr --namespace=k8s.io images import --local --no-unpack --label=io.cri-containerd.pinned=pinned /kind/images.tar
-ctr --namespace=k8s.io images list -q
-kill $(pidof containerd); while pidof containerd >/dev/null; do sleep 0.2; done
-rm -f /kind/images.tar /var/log/containerd-build.log
-"""
+
+
+def containerd_script(*steps: str) -> str:
+    """A build container's script: start its containerd, run `steps` (ctr commands) against it, stop it."""
+    return "\n".join([
+        "set -e",
+        "(containerd > /var/log/containerd-build.log 2>&1 &)",
+        "for i in $(seq 1 60); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done",
+        *steps,
+        "kill $(pidof containerd); while pidof containerd >/dev/null; do sleep 0.2; done",
+        "rm -f /var/log/containerd-build.log",
+    ]) + "\n"
+
+
+# the images of /kind/images.tar into containerd: content only, pinned, unpacked by the pods that first run them
+IMPORT_IMAGES = ("ctr --namespace=k8s.io images import --local --no-unpack --label=io.cri-containerd.pinned=pinned /kind/images.tar\n"
+                 "ctr --namespace=k8s.io images list -q\n"
+                 "rm -f /kind/images.tar")
+IMPORT_SCRIPT = containerd_script(IMPORT_IMAGES)
 
 
 def build_node_image(release: Release, reference: str) -> None:

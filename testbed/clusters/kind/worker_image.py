@@ -17,20 +17,15 @@ from pathlib import Path
 
 from testbed import progress
 from testbed.clusters.kind.dockerd import docker, image_present
-from testbed.clusters.kind.node_image import IMPORT_SCRIPT, drop_stale
+from testbed.clusters.kind.node_image import IMPORT_IMAGES, containerd_script, drop_stale
 
 WORKER_REPO = "dra-testbed/worker"
 # A worker never runs the control plane's images; docker copies the image's /var into each node's volume
 # when kind makes it, so they cost a worker its start (~300 MB, ~1 s here) and nothing else.
-DROP_CONTROL_PLANE_IMAGES = """
-(containerd > /var/log/containerd-build.log 2>&1 &)
-for i in $(seq 1 60); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
-ctr --namespace=k8s.io images ls -q | grep -E '/(etcd|kube-apiserver|kube-controller-manager|kube-scheduler):' \
-  | xargs -r ctr --namespace=k8s.io images rm --sync
-ctr --namespace=k8s.io images ls -q
-kill $(pidof containerd); while pidof containerd >/dev/null; do sleep 0.2; done
-rm -f /var/log/containerd-build.log
-"""
+DROP_CONTROL_PLANE_IMAGES = ("ctr --namespace=k8s.io images ls -q | grep -E '/(etcd|kube-apiserver|kube-controller-manager|kube-scheduler):' \\\n"
+                             "  | xargs -r ctr --namespace=k8s.io images rm --sync\n"
+                             "ctr --namespace=k8s.io images ls -q")
+BUILD_SCRIPT = containerd_script(IMPORT_IMAGES, DROP_CONTROL_PLANE_IMAGES)
 
 
 def _image_id(reference: str) -> str:
@@ -43,7 +38,7 @@ def _entrypoint(reference: str) -> str:
 
 def worker_reference(node_image: str, images: list[str]) -> str:
     """Tag of `node_image` with `images` inside: the node image's tag and a hash of what it was made from."""
-    digest = hashlib.sha256("\n".join([_image_id(node_image), IMPORT_SCRIPT, DROP_CONTROL_PLANE_IMAGES, *sorted(_image_id(i) for i in images)]).encode())
+    digest = hashlib.sha256("\n".join([_image_id(node_image), BUILD_SCRIPT, *sorted(_image_id(i) for i in images)]).encode())
     return f"{WORKER_REPO}:{node_image.rsplit(':', 1)[-1]}-{digest.hexdigest()[:12]}"
 
 
@@ -63,7 +58,7 @@ def ensure_worker_image(node_image: str, images: list[str]) -> str:
             step.update("copying them into a node")
             docker("cp", str(archive), f"{name}:/kind/images.tar")
             step.update("importing them into its containerd")
-            docker("exec", name, "bash", "-c", IMPORT_SCRIPT + DROP_CONTROL_PLANE_IMAGES)
+            docker("exec", name, "bash", "-c", BUILD_SCRIPT)
             step.update("committing")
             # the node image's ENTRYPOINT (the run above replaced it; setting it clears the run's CMD too)
             docker("commit", "--change", f"ENTRYPOINT {_entrypoint(node_image)}", name, reference)
