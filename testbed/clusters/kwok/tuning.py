@@ -8,7 +8,7 @@ cache (half its heap) and the Node authorizer's informer (the graph needs only e
 the informer keeps whole objects). The scheduler holds one more, the controller-manager's device-taint
 controller another, and its garbage collector one more (it watches every resource through the typed
 informers where there are any, so whole slices, not their metadata). Go's default GOGC=100 lets each
-process's heap grow to twice what is live.
+process's heap grow to twice what is live, unless a memory limit stops it sooner.
 """
 
 from __future__ import annotations
@@ -31,20 +31,24 @@ APISERVER_OVERRIDES = {"authorization-mode": "RBAC"}
 # The device-taint eviction controller keeps its own informer copy of every slice; a fleet of thousands of
 # nodes is for scheduling at scale, device-taint eviction is tested on small beds.
 CONTROLLER_MANAGER_ARGS = {"controllers": "*,-device-taint-eviction-controller"}
-# Collect when the heap has grown by half of what is live instead of doubling it: peak RSS near 1.5x
-# live for some more GC CPU, on the two components that hold every slice. The apiserver holds none with the
-# settings above (no watch cache of slices, no Node authorizer graph), so its heap is the requests in flight;
-# there GOGC=50 only doubled the collector's CPU, which was a third of the apiserver's while publishing.
-GOGC = "50"
+# The two components that hold every slice get a soft memory limit (GOMEMLIMIT) each, as a share of the
+# machine's memory: far below it GOGC decides, near it the collector runs sooner, so the heap's growth
+# stops where the machine would run out instead of at GOGC's multiple of what is live. Too low a limit costs
+# CPU, never an out-of-memory kill; the runtime caps its collector at half the CPU.
+# The controller-manager also collects at GOGC=50 (heap near 1.5x live, not 2x): at 5,000 nodes x 8 H100 in
+# dynamic MIG, at Go's default it outgrew its limit (peak 5,148 MiB against 4,821) and the fleet's peak RSS
+# sum came to 15.4 GiB of the 16 allowed. At 17% of 24 GiB (4.0 GiB) it spent a third of a core collecting
+# even at GOGC=50 and slowed the publish; 20% leaves it room.
+# The scheduler keeps Go's default: GOGC=50 cost it a fifth more CPU per pod on a 625-node bed of whole
+# GPUs, where its heap is a few hundred MB (benchmarks/sched_throughput.py, the same bed in turn: 29.3 and
+# 32.2 pods/s at GOGC=50, 36.0 and 36.4 without), and at 5,000 nodes its heap stayed below its limit.
+# The apiserver holds no slice with the settings above (no watch cache of them, no Node authorizer graph):
+# its heap is the requests in flight, and it keeps Go's defaults.
+GOGC = {"kube-controller-manager": "50"}
 GO_COMPONENTS = ("kube-scheduler", "kube-controller-manager")
 PATCHED_COMPONENTS = ("kube-apiserver", *GO_COMPONENTS)
-# A soft memory limit (GOMEMLIMIT) per component, as a share of the machine's memory: below it GOGC decides,
-# near it the collector runs sooner, so the heap's growth past what is live stops where the machine would run
-# out instead of at 1.5x live. Live at 1,000 nodes x 8 H100 in dynamic MIG after 100 MIG pods: scheduler 1,152 MB
-# (its slices, plus the allocator's per-cycle conversion of every slice), controller-manager 641 MB (its
-# slices). Too low a limit costs CPU, never an out-of-memory kill: at 17% of 24 GiB (4.0 GiB) the
-# controller-manager, near 3.5 GiB live at 5,000 nodes while slices arrive, spent a third of a core collecting
-# and slowed the publish; 20% leaves it room. The runtime caps its collector at half the CPU.
+# Live at 1,000 nodes x 8 H100 in dynamic MIG after 100 MIG pods: scheduler 1,152 MB (its slices, plus the
+# allocator's per-cycle conversion of every slice), controller-manager 641 MB (its slices).
 MEMORY_SHARES = {"kube-scheduler": 0.30, "kube-controller-manager": 0.20}
 # With DRADeviceTaints on, the scheduler's slice tracker indexes every device by driver, pool and name (a set
 # of strings per device: 125 of the scheduler's 1,152 MB live above). A production 1.34 or 1.35 scheduler runs
@@ -72,7 +76,9 @@ def component_patches(large: bool, gates: Mapping[str, bool] | None = None,
     memory = machine_memory() if memory is None else memory
     patches: dict[str, dict[str, dict[str, str]]] = {c: {"args": {}, "overrides": {}, "envs": {}} for c in PATCHED_COMPONENTS}
     for component in GO_COMPONENTS:
-        patches[component]["envs"].update(GOGC=GOGC, GOMEMLIMIT=f"{int(memory * MEMORY_SHARES[component]) >> 20}MiB")
+        patches[component]["envs"].update(GOMEMLIMIT=f"{int(memory * MEMORY_SHARES[component]) >> 20}MiB")
+        if component in GOGC:
+            patches[component]["envs"]["GOGC"] = GOGC[component]
     patches["kube-apiserver"]["args"].update(APISERVER_ARGS)
     patches["kube-apiserver"]["overrides"].update(APISERVER_OVERRIDES)
     patches["kube-controller-manager"]["args"].update(CONTROLLER_MANAGER_ARGS)
