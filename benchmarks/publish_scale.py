@@ -270,7 +270,10 @@ def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", 
         n_slices, n_devices = check_pools(api, nodes)
         print(f"  checked: {n_slices} slices with {n_devices} devices, every pool complete "
               f"({n_slices / publish_seconds:.1f} slices/s accepted)", flush=True)
+        cpu_checked = cpu_seconds(processes(cluster))
         pod_seconds = schedule_pods(api, pods) if pods else 0.0
+        if pods:  # the publisher's share here is what the harness costs a scheduler at work
+            show_cpu("scheduling pods", cpu_checked, cpu_seconds(processes(cluster)))
         if profile:
             save_component_heaps(cluster, profile / "after-pods")
         all_rss = peak_rss(processes(cluster))

@@ -53,6 +53,7 @@ class NodePublisher(Publisher):
     def __init__(self, *args, node_state_dir: Path, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.node_state_dir = node_state_dir
+        self.changes.close()  # one node: its loop compares the stamp every poll (cheap), no event queue to drain
 
     def state_dir(self, node: str) -> Path:
         return self.node_state_dir

@@ -36,11 +36,13 @@ from fake_gpus.driver.identity import DriverIdentity
 from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
 from fake_gpus.driver.paging import pages
 from fake_gpus.driver.slices import ApiLimits
+from fake_gpus.driver.state_changes import StateChanges
 from fake_gpus.driver.stamping import StampedSlice, Stamper
 from fake_gpus.node import Mode, NodeHardware, hardware_from_labels
 
 DRIVER_LABEL = "dra-testbed.io/driver"  # "nvidia": NVIDIA's own plugin serves the node, not this publisher
 POLL_SECONDS = 1.0  # how often state directories are checked for changes
+STATE_FILES = ("gpus", "mig")  # the fake NVML's state in a node's directory, replaced whole on every change
 WORKERS = 8  # concurrent API writes
 MACHINE_WORKERS = 4  # threads making nodes' hardware files (first publish)
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
@@ -83,7 +85,7 @@ def node_config(node) -> NodeConfig | None:
 def _state_stamp(state_dir: Path) -> tuple:
     """Changes whenever the fake NVML rewrites the node's state (files are replaced by rename)."""
     stamp = []
-    for name in ("gpus", "mig"):
+    for name in STATE_FILES:
         try:
             st = (state_dir / name).stat()
             stamp.append((st.st_ino, st.st_mtime_ns, st.st_size))
@@ -119,6 +121,7 @@ class Publisher:
         self.stamper = Stamper(identity, limits, faults)  # slices per node shape, stamped per node
         self.found: dict[str, dict[str, str]] = {}  # node -> slice name -> spec digest, as a previous run left them
         self.stamps: dict[str, tuple] = {}
+        self.changes = StateChanges(STATE_FILES)  # which nodes' stamps to compare at the next poll
         self.pool = ThreadPoolExecutor(WORKERS)
         self.stop = threading.Event()
         self.errors: list[str] = []
@@ -148,6 +151,7 @@ class Publisher:
 
     def sync(self, cfg: NodeConfig) -> list[Future]:
         """Publish the node's slices if they differ from what is published; returns the pending writes."""
+        self.changes.watch(cfg.name, self.state_dir(cfg.name))  # before the stamp: no change falls between
         self.stamps[cfg.name] = _state_stamp(self.state_dir(cfg.name))
         old_generation, old = self.published.get(cfg.name, (0, {}))
         stamped = self.desired(cfg)
@@ -224,6 +228,7 @@ class Publisher:
         """The node went: remove its slices and its simulated hardware."""
         self.nodes.pop(node, None)
         self.stamps.pop(node, None)
+        self.changes.unwatch(node)
         _, old = self.published.pop(node, (0, {}))
         shutil.rmtree(self.state_dir(node), ignore_errors=True)
         if "slices-outlive-node" in self.faults:
@@ -376,10 +381,13 @@ class Publisher:
             except queue.Empty:
                 pass
             if time.monotonic() >= next_poll:
-                for name, cfg in list(self.nodes.items()):
-                    if _state_stamp(self.state_dir(name)) != self.stamps.get(name):
+                # nodes whose state changed, and those whose last writes failed (no stamp: written again)
+                for name in self.changes.changed() | (self.nodes.keys() - self.stamps.keys()):
+                    cfg = self.nodes.get(name)
+                    if cfg is not None and _state_stamp(self.state_dir(name)) != self.stamps.get(name):
                         self._guard(lambda c=cfg: self.settle(c.name, self.sync(c)))
                 next_poll = time.monotonic() + POLL_SECONDS
+        self.changes.close()
 
     def _guard(self, fn, *args) -> None:
         """Errors after start-up are logged, never fatal: one bad node must not stop the others."""
