@@ -10,24 +10,26 @@ watched (no inotify here, the watch limit reached, no directory yet) is reported
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import errno
 import os
 import struct
+import sys
 import weakref
 from pathlib import Path
 
 # <sys/inotify.h>
-IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x8, 0x40, 0x80
-IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
-IN_Q_OVERFLOW, IN_IGNORED = 0x4000, 0x8000
-FILE_EVENTS = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_DELETE = 0x8, 0x40, 0x80, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+# a state file written in place ends with a close, one replaced (as the library writes) arrives by rename;
+# no IN_MODIFY / IN_CREATE: every write of the library's temporary file would queue events of no interest
+FILE_EVENTS = IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE
 DIR_GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of NUL-padded name
 
 
 def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the C library Python runs on (no ldconfig lookup)
         libc.inotify_init1, libc.inotify_add_watch, libc.inotify_rm_watch  # noqa: B018 - present on Linux only
     except (OSError, AttributeError):
         return None
@@ -43,15 +45,24 @@ class StateChanges:
         self._libc = _libc()
         self.fd: int | None = None
         self._close = None
+        self.warned = False
         if self._libc is not None:
             fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
             if fd >= 0:
                 self.fd = fd
                 self._close = weakref.finalize(self, os.close, fd)
+            else:
+                self._warn(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
         self.node_of: dict[int, str] = {}  # watch descriptor -> node
         self.watch_of: dict[str, int] = {}
         self.unwatched: set[str] = set()  # reported every time
         self.pending: set[str] = set()
+
+    def _warn(self, why: str) -> None:
+        """Once: polling works, but costs two stat calls per unwatched node every poll."""
+        if not self.warned:
+            self.warned = True
+            print(f"publisher: {why}; polling the state files of nodes not watched", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Release the inotify descriptor (also done when the object goes); every node is polled after it."""
@@ -68,13 +79,15 @@ class StateChanges:
         wd = -1
         if self.fd is not None:
             wd = self._libc.inotify_add_watch(self.fd, os.fsencode(directory), FILE_EVENTS | DIR_GONE)
-        if wd < 0:  # ENOENT, ENOSPC (max_user_watches), no inotify: polled instead
+            if wd < 0 and ctypes.get_errno() != errno.ENOENT:  # ENOENT: no directory yet, not worth a word
+                self._warn(f"inotify_add_watch {directory}: {os.strerror(ctypes.get_errno())}")
+        if wd < 0:  # polled instead
             self._drop(node)
             self.unwatched.add(node)
             return
         old = self.watch_of.get(node)
-        if old is not None and old != wd:
-            self.node_of.pop(old, None)
+        if old is not None and old != wd:  # another directory now (the old one removed or moved away)
+            self._drop(node)
         self.unwatched.discard(node)
         self.node_of[wd], self.watch_of[node] = node, wd
 

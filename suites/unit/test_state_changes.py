@@ -75,6 +75,36 @@ def test_a_directory_removed_is_reported_then_polled_and_watched_again_when_rema
     assert changes.changed() == {"a"}
 
 
+def test_a_directory_remade_before_the_next_poll_is_watched_anew(nodes) -> None:
+    changes, dirs = nodes
+    shutil.rmtree(dirs["a"])  # provision(fresh=True), then sync() watches it again, all between two polls
+    dirs["a"].mkdir()
+    changes.watch("a", dirs["a"])
+    changes.changed()  # the old directory's removal: checked once
+    assert changes.changed() == set()
+    replace(dirs["a"], "gpus", "[]")
+    assert changes.changed() == {"a"}
+
+
+def kernel_watches(changes: StateChanges) -> int:
+    return Path(f"/proc/self/fdinfo/{changes.fd}").read_text().count("inotify wd:")
+
+
+def test_a_directory_moved_away_is_no_longer_watched(tmp_path: Path, nodes) -> None:
+    changes, dirs = nodes
+    moved = tmp_path / "moved"
+    dirs["a"].rename(moved)
+    dirs["a"].mkdir()
+    changes.watch("a", dirs["a"])  # before the next poll: the old watch (following the moved one) goes now
+    assert kernel_watches(changes) == 2
+    changes.changed()
+    replace(moved, "gpus", "[]")  # not the node's directory any more
+    assert changes.changed() == set()
+    replace(dirs["a"], "gpus", "[]")
+    assert changes.changed() == {"a"}
+    assert kernel_watches(changes) == 2
+
+
 def test_a_node_unwatched_is_never_reported(nodes) -> None:
     changes, dirs = nodes
     replace(dirs["a"], "gpus", "[]")
@@ -86,13 +116,8 @@ def test_a_node_unwatched_is_never_reported(nodes) -> None:
 def test_an_overflowed_event_queue_reports_every_node(nodes) -> None:
     changes, dirs = nodes
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    fds = [os.open(dirs["a"] / name, os.O_WRONLY | os.O_CREAT) for name in ("lock", "other")]
-    try:
-        for i in range(limit + 10):  # one IN_MODIFY each, alternating files so the kernel cannot merge them
-            os.write(fds[i % 2], b"x")
-    finally:
-        for fd in fds:
-            os.close(fd)
+    for i in range(limit + 10):  # one IN_CLOSE_WRITE each, alternating files so the kernel cannot merge them
+        os.close(os.open(dirs["a"] / ("lock", "other")[i % 2], os.O_WRONLY | os.O_CREAT))
     replace(dirs["b"], "gpus", "[]")  # lost with the overflow
     assert changes.changed() == {"a", "b"}
     assert changes.changed() == set()
