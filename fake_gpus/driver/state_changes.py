@@ -123,11 +123,8 @@ class StateChanges:
                     continue
                 if mask & DIR_GONE:  # checked (its files went with it) and polled until watched again
                     self.pending.add(node)
-                    if self.watch_of.get(node) == wd:
-                        self._drop(node)
-                        self.unwatched.add(node)
-                    else:
-                        self.node_of.pop(wd, None)
+                    self._drop(node)  # node_of and watch_of are kept inverse: this wd is the node's watch
+                    self.unwatched.add(node)
                 elif name in self.files:
                     self.pending.add(node)
         found, self.pending = self.pending | self.unwatched, set()
