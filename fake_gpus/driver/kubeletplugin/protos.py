@@ -64,7 +64,12 @@ class KubeletProtos:
 
 def kubelet_module_dir(version: str) -> Path:
     """Download (or find in the module cache) k8s.io/kubelet@version and return its directory."""
-    cmd = [go_binary(), "mod", "download", "-json", f"{KUBELET_MODULE}@{version}"]
+    return go_module_dir(KUBELET_MODULE, version)
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """Download (or find in the module cache) module@version and return its directory."""
+    cmd = [go_binary(), "mod", "download", "-json", f"{module}@{version}"]
     with tempfile.TemporaryDirectory() as empty:  # outside any module: go.mod files nearby must not matter
         proc = subprocess.run(cmd, env=go_env(), cwd=empty, capture_output=True, text=True)
     if proc.returncode != 0:
