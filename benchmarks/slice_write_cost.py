@@ -4,8 +4,9 @@ Why: publishing a large fleet is bound by the control plane's CPU, not the publi
 (benchmarks/publish_scale.py prints that floor). This says what the apiserver spends per slice and which
 part of it a publisher could still change. One KWOK bed (one node of 8 GPUs in dynamic MIG, the
 large-fleet settings), the node's slices as our publisher wrote them used as templates, the publisher then
-stopped. Each round creates the same slices under fresh pool names (`--pools` pools of the node's slice
-count) from 8 threads, in one of these variants, and deletes them again:
+stopped. Each round runs every variant in turn (in an order rotated per round), creating the same slices under
+fresh pool names (`--pools` pools of the node's slices, labels and owner kept) from 8 threads, then deleting
+them:
 
   json            JSON body and response, as our publisher sends them; the cluster admin's certificate
   json-node       the same with the node's own token, as the publisher runs by default
@@ -13,8 +14,9 @@ count) from 8 threads, in one of these variants, and deletes them again:
   json-nopolicy   `json` with the binding of the per-node identity policy removed for the round (what that
                   ValidatingAdmissionPolicy costs: it is evaluated for every writer, admin included)
 
-The figure is the apiserver's CPU time (utime + stime from /proc) per slice; each variant's median over the
-rounds is printed as a ratio against `json`, run in the same script. The protobuf messages are built from
+The figure is the apiserver's CPU time (utime + stime from /proc) per slice, less its idle rate measured just
+before over the round's wall time; each variant's median over the rounds is printed as a ratio against
+`json`, run in the same script. The protobuf messages are built from
 the JSON with stubs generated at run time from the k8s.io/api Go module of the bed's minor (as the
 kubelet plugin's are: fake_gpus/driver/kubeletplugin/protos.py), before the timing starts.
 
@@ -25,8 +27,10 @@ kubelet plugin's are: fake_gpus/driver/kubeletplugin/protos.py), before the timi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -42,15 +46,15 @@ from pathlib import Path
 from filelock import FileLock
 
 from fake_gpus.driver.credentials import NodeIdentity, NodeTokens
-from fake_gpus.driver.kubeletplugin.protos import go_module_dir
+from fake_gpus.driver.kubeletplugin.protos import ProtoBuildError, go_module_dir
 from fake_gpus.driver.paging import pages
 from fake_gpus.machine import launch
 from hostenv.dirs import cache_root
-from hostenv.versions import release_for
-from testbed.clusters.base import ClusterSpec
-from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
+from hostenv.versions import UnknownVersionError, release_for
+from testbed.clusters.base import ClusterError, ClusterSpec
+from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT, POLICY_NAME, apply_identity
 from testbed.clusters.kwok import KwokCluster
-from testbed.clusters.layout import Layout, Mode, NodeSpec
+from testbed.clusters.layout import Layout, LayoutError, Mode, NodeSpec
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
@@ -66,11 +70,12 @@ PROTOS = {"k8s.io/api": ("resource/v1/generated.proto", "core/v1/generated.proto
 def api_protos(version: str) -> Path:
     """Python modules of resource.k8s.io/v1 for staging `version` (v0.34.4), generated once into the cache."""
     final = cache_root() / "protos" / f"api-{version}"
-    if (final / "complete").exists():
+    stamp = f"{version} grpcio-tools {importlib.metadata.version('grpcio-tools')}\n"  # newer tools: generate again
+    if (final / "complete").exists() and (final / "complete").read_text() == stamp:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
-        if (final / "complete").exists():
+        if (final / "complete").exists() and (final / "complete").read_text() == stamp:
             return final
         from grpc_tools import protoc
 
@@ -87,7 +92,7 @@ def api_protos(version: str) -> Path:
             (work / "py").mkdir()
             if protoc.main(["grpc_tools.protoc", f"-I{work / 'src'}", f"-I{include}", f"--python_out={work / 'py'}", *files]) != 0:
                 raise SystemExit(f"error: grpc_tools.protoc failed on the resource.k8s.io/v1 protos of k8s.io/api@{version}")
-            (work / "complete").write_text(version + "\n")
+            (work / "complete").write_text(stamp)
             shutil.rmtree(final, ignore_errors=True)
             work.rename(final)
         finally:
@@ -134,14 +139,77 @@ class Protobuf:
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, seconds) the process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def idle_rate(pid: int, seconds: float = 5.0) -> float:
+    """The process's CPU per second of wall time while nothing is sent: what a round's figure must not count."""
+    before, started = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / (time.monotonic() - started)
+
+
+def check(response, what: str, *ok: int) -> None:
+    if response.status not in (ok or (200,)):
+        raise SystemExit(f"error: {what}: HTTP {response.status} {response.data[:300]!r}")
+
+
+@contextlib.contextmanager
+def policy_unbound(api, host: str):
+    """The per-node identity policy's binding deleted for the block, applied again after it, whatever happens."""
+    check(api.rest_client.pool_manager.request("DELETE", f"{host}{BINDINGS}/{POLICY_NAME}"), f"deleting the binding {POLICY_NAME}")
+    try:
+        time.sleep(3)  # the policy plugin learns of bindings through an informer
+        yield
+    finally:
+        apply_identity(api)  # creates what is missing from the same manifest `up` applies
+        time.sleep(3)
+
+
+def round_bodies(templates: list[dict], label: str, pools: int, encoder: Protobuf | None) -> list[bytes]:
+    """`pools` copies of the node's slices as our publisher wrote them (labels and owner kept), each pool
+    under a fresh name; protobuf when `encoder` is given."""
+    bodies = []
+    for i in range(pools):
+        for template in templates:
+            body = copy.deepcopy(template)
+            meta = template["metadata"]
+            body["metadata"] = {"name": f"{label}-{i}-{meta['name']}", "labels": {**meta.get("labels", {}), "bench": label},
+                                "ownerReferences": meta.get("ownerReferences", [])}
+            body["spec"]["pool"] = {"name": f"{label}-{i}", "generation": 1, "resourceSliceCount": len(templates)}
+            bodies.append(encoder.encode(body) if encoder else json.dumps(body, separators=(",", ":")).encode())
+    return bodies
+
+
+def check_stored(admin, host: str, templates: list[dict], label: str) -> None:
+    """What protobuf stored is what the JSON says (every slice of one pool): a lossy encoding must not look cheap."""
+    for template in templates:
+        stored = admin.request("GET", f"{host}{SLICES}/{label}-0-{template['metadata']['name']}", headers={"Accept": JSON})
+        check(stored, f"reading back {label}-0-{template['metadata']['name']}")
+        expected = dict(template["spec"], pool={"name": f"{label}-0", "generation": 1, "resourceSliceCount": len(templates)})
+        if json.loads(stored.data)["spec"] != expected:
+            raise SystemExit(f"error: slice {template['metadata']['name']} sent as protobuf was stored unlike its JSON")
+
+
+def start_profile(admin, host: str, path: Path) -> threading.Thread:
+    """The apiserver's CPU profile of the next 15 s, saved to `path` (a daemon thread: a failed run does not wait)."""
+    def save() -> None:
+        response = admin.request("GET", f"{host}/debug/pprof/profile?seconds=15", timeout=60)
+        if response.status == 200:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(response.data)
+    thread = threading.Thread(target=save, daemon=True)
+    thread.start()
+    return thread
+
+
 def run(k8s: str, board: str, pools: int, rounds: int, variants: list[str], profile: Path | None) -> dict[str, float]:
+    encoder = Protobuf(release_for(k8s).staging) if "pb-node" in variants else None  # before the bed: fails sooner
     name = f"bench-{uuid.uuid4().hex[:6]}"
     cluster = KwokCluster(name)
-    layout = Layout((NodeSpec("seed", board, 8 if not board.startswith("gb200") else 4, Mode("dynamic-mig")),))
+    layout = Layout((NodeSpec("seed", board, 4 if board.startswith("gb200") else 8, Mode("dynamic-mig")),))
     per_slice: dict[str, list[float]] = {v: [] for v in variants}
     try:
         cluster.create(ClusterSpec(name=name, k8s=k8s, layout=layout, allow_large=True))
@@ -151,69 +219,43 @@ def run(k8s: str, board: str, pools: int, rounds: int, variants: list[str], prof
         templates = list(pages(client.ResourceV1Api(api).list_resource_slice))
         launch.stop_publisher(cluster.home)
         devices = sum(len(t["spec"].get("devices") or []) for t in templates)
-        print(f"Kubernetes {k8s}, {len(templates)} slices of node `seed` ({board} in dynamic MIG) as templates: {devices} devices, "
-              f"{sum(len(json.dumps(t, separators=(',', ':'))) for t in templates) // len(templates)} bytes of JSON per slice", flush=True)
-        encoder = Protobuf(release_for(k8s).staging) if "pb-node" in variants else None
+        print(f"Kubernetes {k8s}, {len(templates)} slices of node `seed` ({board} in dynamic MIG) as templates, {devices} devices; "
+              f"{pools} pools of them per variant and round", flush=True)
         tokens = NodeTokens(api, NodeIdentity(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
         bearer = tokens.bearer("seed", None)
         admin, anonymous, host = api.rest_client.pool_manager, tokens.api.rest_client.pool_manager, api.configuration.host
         apiserver = dict(cluster.pids())["kube-apiserver"]
-        binding = json.loads(admin.request("GET", f"{host}{BINDINGS}", headers={"Accept": JSON}).data)["items"][0]
-        binding_path = f"{host}{BINDINGS}/{binding['metadata']['name']}"
         for round_no in range(rounds):
-            for variant in variants:
+            shift = round_no % len(variants)  # each variant in each position in turn: none always follows the same one
+            for variant in variants[shift:] + variants[:shift]:
                 label = f"r{round_no}-{variant}"
-                bodies = []
-                for i in range(pools):
-                    for template in templates:
-                        body = copy.deepcopy(template)
-                        body["metadata"] = {"name": f"{label}-{i}-{template['metadata']['name']}", "labels": {"bench": label}}
-                        body["spec"]["pool"] = {"name": f"{label}-{i}", "generation": 1, "resourceSliceCount": len(templates)}
-                        bodies.append(encoder.encode(body) if variant == "pb-node" else json.dumps(body, separators=(",", ":")).encode())
+                bodies = round_bodies(templates, label, pools, encoder if variant == "pb-node" else None)
                 encoding = PROTOBUF if variant == "pb-node" else JSON
                 node = variant.endswith("-node")
                 headers = {"Content-Type": encoding, "Accept": encoding, **({"authorization": bearer} if node else {})}
                 pool = anonymous if node else admin
-                if variant == "json-nopolicy":
-                    assert admin.request("DELETE", binding_path).status == 200
-                    time.sleep(3)  # the policy plugin learns of the binding through an informer
 
                 def send(body: bytes) -> None:
-                    response = pool.request("POST", f"{host}{SLICES}", body=body, headers=headers)
-                    if response.status != 201:
-                        raise SystemExit(f"error: {variant}: {response.status} {response.data[:300]!r}")
+                    check(pool.request("POST", f"{host}{SLICES}", body=body, headers=headers), variant, 201)
 
-                grab = None
-                if profile:
-                    def save() -> None:
-                        data = admin.request("GET", f"{host}/debug/pprof/profile?seconds=15", timeout=60).data
-                        profile.mkdir(parents=True, exist_ok=True)
-                        (profile / f"{label}.pprof").write_bytes(data)
-                    grab = threading.Thread(target=save)
-                    grab.start()
-                before, started = cpu_seconds(apiserver), time.monotonic()
-                with ThreadPoolExecutor(8) as workers:
-                    list(workers.map(send, bodies))
-                wall, used = time.monotonic() - started, cpu_seconds(apiserver) - before
-                if grab:
-                    grab.join()
-                if variant == "json-nopolicy":
-                    restored = {k: v for k, v in binding.items() if k != "status"}
-                    restored["metadata"] = {"name": binding["metadata"]["name"], "labels": binding["metadata"].get("labels", {})}
-                    assert admin.request("POST", f"{host}{BINDINGS}", body=json.dumps(restored).encode(),
-                                         headers={"Content-Type": JSON}).status == 201
-                if variant == "pb-node":  # what protobuf stored is what JSON says: nothing lost in the encoding
-                    stored = admin.request("GET", f"{host}{SLICES}/{label}-0-{templates[0]['metadata']['name']}", headers={"Accept": JSON})
-                    first = json.loads(stored.data)
-                    expected = dict(templates[0]["spec"], pool={"name": f"{label}-0", "generation": 1, "resourceSliceCount": len(templates)})
-                    if first["spec"] != expected:
-                        raise SystemExit("error: a slice sent as protobuf was stored unlike its JSON: the encoding lost something")
+                with policy_unbound(api, host) if variant == "json-nopolicy" else contextlib.nullcontext():
+                    idle = idle_rate(apiserver)
+                    grab = start_profile(admin, host, profile / f"{label}.pprof") if profile else None
+                    before, started = cpu_seconds(apiserver), time.monotonic()
+                    with ThreadPoolExecutor(8) as workers:
+                        list(workers.map(send, bodies))
+                    wall = time.monotonic() - started
+                    used = cpu_seconds(apiserver) - before - idle * wall
+                    if grab:
+                        grab.join()
+                if variant == "pb-node":
+                    check_stored(admin, host, templates, label)
                 per_slice[variant].append(1000 * used / len(bodies))
-                print(f"  round {round_no + 1} {variant:14s} {len(bodies)} slices in {wall:5.1f} s: apiserver {used:5.1f} CPU-s, "
-                      f"{per_slice[variant][-1]:5.2f} ms per slice ({sum(map(len, bodies)) // len(bodies)} bytes sent each)", flush=True)
-                deleted = admin.request("DELETE", f"{host}{SLICES}?labelSelector=bench%3D{label}", headers={"Accept": JSON})
-                assert deleted.status == 200, deleted.status
-                time.sleep(5)  # the deletions' watch events and garbage settle before the next round
+                print(f"  round {round_no + 1} {variant:14s} {len(bodies)} slices in {wall:5.1f} s: apiserver {used:5.1f} CPU-s "
+                      f"(idle {idle:.2f} cores subtracted), {per_slice[variant][-1]:5.2f} ms per slice "
+                      f"({sum(map(len, bodies)) // len(bodies)} bytes sent each)", flush=True)
+                check(admin.request("DELETE", f"{host}{SLICES}?labelSelector=bench%3D{label}", headers={"Accept": JSON}),
+                      f"deleting the slices of {label}")
         medians = {v: statistics.median(values) for v, values in per_slice.items()}
         baseline = medians.get("json")
         for variant, value in medians.items():
@@ -228,17 +270,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k8s", default="1.34")
     parser.add_argument("--board", default="h100-80gb")
-    parser.add_argument("--pools", type=int, default=250, help="pools created per round and variant")
+    parser.add_argument("--pools", type=int, default=250, help="pools created per variant and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
     parser.add_argument("--profile", type=Path, help="save the apiserver's CPU profile of each round here")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or not variants or args.pools < 1 or args.rounds < 1:
-        parser.error(f"--variants takes a comma-separated list of {', '.join(VARIANTS)} (got {args.variants!r}); "
-                     "--pools and --rounds at least 1")
-    run(args.k8s, args.board, args.pools, args.rounds, variants, args.profile)
+    if unknown or not variants:
+        parser.error(f"--variants: unknown {', '.join(unknown) or 'empty list'}; valid: {', '.join(VARIANTS)}")
+    if args.pools < 1 or args.rounds < 1:
+        parser.error(f"--pools and --rounds take a whole number of at least 1 (got {args.pools} and {args.rounds})")
+    try:
+        run(args.k8s, args.board, args.pools, args.rounds, variants, args.profile)
+    except (ProtoBuildError, ClusterError, LayoutError, UnknownVersionError) as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

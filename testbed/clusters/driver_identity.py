@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 DRIVER_NAMESPACE = "dra-testbed-driver"
 DRIVER_SERVICE_ACCOUNT = "dra-testbed-driver"
+# the ValidatingAdmissionPolicy holding each node's driver to that node's slices, and its binding
+POLICY_NAME = "dra-testbed-driver-own-node-slices"
 # the manifest's kinds -> their resource names: created by path (fake_gpus.driver.rest), since the client's
 # typed APIs for them (core, RBAC, admission policies) cost over 2 s of CPU to import while the control plane starts
 RESOURCES = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
@@ -30,7 +32,8 @@ RESOURCES = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Cl
 
 def identity_manifest() -> str:
     """The YAML of the identity objects (namespace, service account, RBAC, policy and its binding)."""
-    return render_template("driver-identity.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT)
+    return render_template("driver-identity.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT,
+                           policy=POLICY_NAME)
 
 
 def collection_path(body: dict) -> str:

@@ -20,7 +20,7 @@ from fake_gpus.driver.identity import DriverIdentity
 from testbed import progress
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
-from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
+from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT, POLICY_NAME
 from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE
 from testbed.clusters.layout import Layout
 from testbed.templates import render_template
@@ -85,7 +85,8 @@ class OurDriver(KindDriver):
         """Write and apply the device classes, RBAC, policy and DaemonSets (one per MIG kind in `layout`)."""
         manifest, classes = cluster.home / "driver.yaml", cluster.home / "device-classes.json"
         manifest.write_text(render_template(
-            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, groups=_groups(layout),
+            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, policy=POLICY_NAME,
+            groups=_groups(layout),
             image=self.image(minor), state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=self.spec.process_env()))
         classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": DriverIdentity(self.spec.name).device_classes()}))
         cluster.kubectl("apply", "-f", str(classes), "-f", str(manifest), kubeconfig=kubeconfig, timeout=30)
