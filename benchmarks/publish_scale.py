@@ -35,6 +35,7 @@ from kubernetes import client
 
 from fake_gpus.driver.paging import pages
 from fake_gpus.machine import launch
+from hostenv.processes import stat_fields
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster, node_object
@@ -149,11 +150,9 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     loaded machine stretches in wall time but not in CPU."""
     found = {}
     for name, pid in pids.items():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(pid)
+        if fields is not None:  # None: the process is gone
             found[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            continue
     return found
 
 
@@ -165,8 +164,8 @@ def show_cpu(title: str, before: dict[str, float], after: dict[str, float]) -> f
 
 
 def background_rate(pids: dict[str, int], seconds: float = 20.0) -> float:
-    """Cores the bed's processes use (this script excepted) while nothing but KWOK keeps the nodes alive:
-    leases, heartbeats and their writes, which go on whatever the publisher does."""
+    """Cores the processes use together (this script excepted) over `seconds` left to themselves: for the bed
+    after KWOK alone, the leases, heartbeats and their writes that go on whatever the publisher does."""
     pids = {name: pid for name, pid in pids.items() if name != "benchmark"}
     before, started = cpu_seconds(pids), time.monotonic()
     time.sleep(seconds)

@@ -30,23 +30,18 @@ import argparse
 import contextlib
 import copy
 import importlib
-import importlib.metadata
 import json
-import os
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from filelock import FileLock
-
 from fake_gpus.driver.credentials import NodeIdentity, NodeTokens
-from fake_gpus.driver.kubeletplugin.protos import ProtoBuildError, go_module_dir
+from fake_gpus.driver.kubeletplugin.protos import ProtoBuildError, build_once, go_module_dir, proto_include
 from fake_gpus.driver.paging import pages
 from fake_gpus.machine import launch
 from hostenv.dirs import cache_root
@@ -55,6 +50,8 @@ from testbed.clusters.base import ClusterError, ClusterSpec
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT, POLICY_NAME, apply_identity
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, LayoutError, Mode, NodeSpec
+
+from publish_scale import background_rate, cpu_seconds  # the benchmark beside this one
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
@@ -69,35 +66,22 @@ PROTOS = {"k8s.io/api": ("resource/v1/generated.proto", "core/v1/generated.proto
 
 def api_protos(version: str) -> Path:
     """Python modules of resource.k8s.io/v1 for staging `version` (v0.34.4), generated once into the cache."""
-    final = cache_root() / "protos" / f"api-{version}"
-    stamp = f"{version} grpcio-tools {importlib.metadata.version('grpcio-tools')}\n"  # newer tools: generate again
-    if (final / "complete").exists() and (final / "complete").read_text() == stamp:
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if (final / "complete").exists() and (final / "complete").read_text() == stamp:
-            return final
+    def generate(out: Path) -> dict:
         from grpc_tools import protoc
 
-        work = Path(tempfile.mkdtemp(prefix=f".api-{version}.", dir=final.parent))
-        try:
-            files = []
-            for module, paths in PROTOS.items():
-                source = go_module_dir(module, version)
-                for rel in paths:  # copied under their import paths (k8s.io/api/...), which the files use
-                    (work / "src" / module / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(source / rel, work / "src" / module / rel)
-                    files.append(f"{module}/{rel}")
-            include = Path(protoc.__file__).resolve().parent / "_proto"
-            (work / "py").mkdir()
-            if protoc.main(["grpc_tools.protoc", f"-I{work / 'src'}", f"-I{include}", f"--python_out={work / 'py'}", *files]) != 0:
-                raise SystemExit(f"error: grpc_tools.protoc failed on the resource.k8s.io/v1 protos of k8s.io/api@{version}")
-            (work / "complete").write_text(stamp)
-            shutil.rmtree(final, ignore_errors=True)
-            work.rename(final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final
+        files = []
+        for module, paths in PROTOS.items():
+            source = go_module_dir(module, version)
+            for rel in paths:  # copied under their import paths (k8s.io/api/...), which the files use
+                (out / "src" / module / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source / rel, out / "src" / module / rel)
+                files.append(f"{module}/{rel}")
+        (out / "py").mkdir()
+        if protoc.main(["grpc_tools.protoc", f"-I{out / 'src'}", f"-I{proto_include()}", f"--python_out={out / 'py'}", *files]) != 0:
+            raise ProtoBuildError(f"grpc_tools.protoc failed on the resource.k8s.io/v1 protos of k8s.io/api@{version}")
+        return {"modules": list(PROTOS), "version": version, "files": files}
+
+    return build_once(cache_root() / "protos" / f"api-{version}", generate)
 
 
 def _wrap_quantities(value: object, key: str | None = None) -> None:
@@ -136,19 +120,6 @@ class Protobuf:
         unknown = self.runtime.Unknown(typeMeta=self.runtime.TypeMeta(apiVersion="resource.k8s.io/v1", kind="ResourceSlice"),
                                        raw=message.SerializeToString(), contentEncoding="", contentType="")
         return b"k8s\x00" + unknown.SerializeToString()
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system, seconds) the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def idle_rate(pid: int, seconds: float = 5.0) -> float:
-    """The process's CPU per second of wall time while nothing is sent: what a round's figure must not count."""
-    before, started = cpu_seconds(pid), time.monotonic()
-    time.sleep(seconds)
-    return (cpu_seconds(pid) - before) / (time.monotonic() - started)
 
 
 def check(response, what: str, *ok: int) -> None:
@@ -224,7 +195,7 @@ def run(k8s: str, board: str, pools: int, rounds: int, variants: list[str], prof
         tokens = NodeTokens(api, NodeIdentity(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
         bearer = tokens.bearer("seed", None)
         admin, anonymous, host = api.rest_client.pool_manager, tokens.api.rest_client.pool_manager, api.configuration.host
-        apiserver = dict(cluster.pids())["kube-apiserver"]
+        apiserver = {"kube-apiserver": dict(cluster.pids())["kube-apiserver"]}
         for round_no in range(rounds):
             shift = round_no % len(variants)  # each variant in each position in turn: none always follows the same one
             for variant in variants[shift:] + variants[:shift]:
@@ -239,13 +210,13 @@ def run(k8s: str, board: str, pools: int, rounds: int, variants: list[str], prof
                     check(pool.request("POST", f"{host}{SLICES}", body=body, headers=headers), variant, 201)
 
                 with policy_unbound(api, host) if variant == "json-nopolicy" else contextlib.nullcontext():
-                    idle = idle_rate(apiserver)
+                    idle = background_rate(apiserver, seconds=5.0)  # what the round's figure must not count
                     grab = start_profile(admin, host, profile / f"{label}.pprof") if profile else None
                     before, started = cpu_seconds(apiserver), time.monotonic()
                     with ThreadPoolExecutor(8) as workers:
                         list(workers.map(send, bodies))
                     wall = time.monotonic() - started
-                    used = cpu_seconds(apiserver) - before - idle * wall
+                    used = sum(cpu_seconds(apiserver).values()) - sum(before.values()) - idle * wall
                     if grab:
                         grab.join()
                 if variant == "pb-node":

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 from filelock import FileLock
 
@@ -101,9 +102,16 @@ def protos_dir(version: str) -> Path:
     return cache_root() / "protos" / version
 
 
-def _generate(version: str, out: Path) -> None:
-    """Copy, strip and compile the protos of `version` into `out` (a fresh directory)."""
-    from grpc_tools import protoc  # imported here: only generation needs grpcio-tools
+def proto_include() -> Path:
+    """google/protobuf/*.proto as shipped with grpcio-tools (imported here: only generation needs it)."""
+    from grpc_tools import protoc
+
+    return Path(protoc.__file__).resolve().parent / "_proto"
+
+
+def _generate(version: str, out: Path) -> dict:
+    """Copy, strip and compile the protos of `version` into `out` (a fresh directory); what the stamp records."""
+    from grpc_tools import protoc
 
     module = kubelet_module_dir(version)
     pkg = package_name(version)
@@ -115,16 +123,14 @@ def _generate(version: str, out: Path) -> None:
         dest = src / pkg / f"{name}.proto"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(strip_gogo(proto.read_text()))
-    include = Path(protoc.__file__).resolve().parent / "_proto"  # google/protobuf/*.proto shipped with grpcio-tools
     py = out / "py"
     py.mkdir(parents=True)
-    args = ["grpc_tools.protoc", f"-I{src}", f"-I{include}", f"--python_out={py}", f"--grpc_python_out={py}",
+    args = ["grpc_tools.protoc", f"-I{src}", f"-I{proto_include()}", f"--python_out={py}", f"--grpc_python_out={py}",
             *(f"{pkg}/{name}.proto" for name in PROTO_FILES)]
     if protoc.main(args) != 0:
         raise ProtoBuildError(f"grpc_tools.protoc failed on the protos of {KUBELET_MODULE}@{version}")
     (py / pkg / "__init__.py").write_text("")
-    (out / _STAMP).write_text(json.dumps({"module": KUBELET_MODULE, "version": version, "files": PROTO_FILES,
-                                          "grpcio_tools": _tools_version()}) + "\n")
+    return {"module": KUBELET_MODULE, "version": version, "files": PROTO_FILES}
 
 
 def _tools_version() -> str | None:
@@ -145,23 +151,30 @@ def _fresh(final: Path) -> bool:
     return tools is None or stamp.get("grpcio_tools") == tools
 
 
-def ensure_protos(version: str) -> Path:
-    """The directory to put on sys.path for the stubs of `version`, generating them once (file-locked)."""
-    final = protos_dir(version)
+def build_once(final: Path, generate: Callable[[Path], dict]) -> Path:
+    """`final`, made by `generate(directory)` unless a complete generation by the installed grpcio-tools is
+    there: file-locked, in a temporary directory renamed into place with its stamp (what `generate` returns,
+    and the tools' version) written last, so no one sees a half-finished generation."""
     if _fresh(final):
-        return final / "py"
+        return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         if _fresh(final):
-            return final / "py"
+            return final
         shutil.rmtree(final, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            _generate(version, tmp)
+            info = generate(tmp)
+            (tmp / _STAMP).write_text(json.dumps({**info, "grpcio_tools": _tools_version()}) + "\n")
             tmp.rename(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return final / "py"
+    return final
+
+
+def ensure_protos(version: str) -> Path:
+    """The directory to put on sys.path for the stubs of `version`, generating them once (file-locked)."""
+    return build_once(protos_dir(version), functools.partial(_generate, version)) / "py"
 
 
 def version_for(minor: str = DEFAULT_MINOR) -> str:
