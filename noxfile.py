@@ -53,7 +53,7 @@ def e2e(session: nox.Session) -> None:
     _prepare(session)
     env = _nvidia_plugin_env(session) if DRIVER == "nvidia" else {}
     session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, "--backend", BACKEND, "--driver", DRIVER,
-                "-p", "testbed.proofs", "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
+                "-p", "testbed.pytest.proofs", "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
                 "--proof-title", f"end-to-end on the default test bed ({BACKEND}, Kubernetes {K8S}, driver {DRIVER})",
                 *session.posargs, env=env)
 
@@ -62,7 +62,7 @@ def _nvidia_plugin_env(session: nox.Session) -> dict[str, str]:
     """$DRA_TESTBED_NVIDIA_PLUGIN, built from the pinned commit when the environment names none."""
     if os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):
         return {}
-    return {"DRA_TESTBED_NVIDIA_PLUGIN": session.run("python", "-m", "testbed.nvidia.build", silent=True).strip().splitlines()[-1]}
+    return {"DRA_TESTBED_NVIDIA_PLUGIN": session.run("python", "-m", "testbed.drivers.nvidia.build", silent=True).strip().splitlines()[-1]}
 
 
 @nox.session(name="properties-nvidia")
@@ -89,7 +89,7 @@ def nvidia_plugin(session: nox.Session) -> None:
     """NVIDIA's gpu-kubelet-plugin built from its pinned commit (git: $DRA_TESTBED_NVIDIA_REPO or GitHub) into
     the cache; prints its path."""
     session.install("-e", ".")
-    session.run("python", "-m", "testbed.nvidia.build")
+    session.run("python", "-m", "testbed.drivers.nvidia.build")
 
 
 TRACE_DIR = os.environ.get("DRA_TESTBED_TRACE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "alibaba-gpu-v2023"))

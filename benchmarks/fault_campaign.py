@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hostenv.versions import UnknownVersionError, release_for  # noqa: E402
-from testbed import interrupts  # noqa: E402
+from testbed.host import interrupts  # noqa: E402
 from testbed.campaign.report import judge, table  # noqa: E402
 from testbed.campaign.beds import campaign_cluster  # noqa: E402
 from testbed.campaign.session import CAMPAIGN_LAYOUT  # noqa: E402

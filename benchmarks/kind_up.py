@@ -36,10 +36,10 @@ from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kind import KindCluster
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, remove_kind_network_if_unused
 from testbed.clusters.layout import from_flags
-from testbed.clusters.kind.dockerd import docker, ensure_engine, stop_engine_if_idle
-from testbed.clusters.kind.node_image import ensure_node_image
-from testbed.clusters.kind.driver_image import ensure_driver_image, ensure_workload_image
-from testbed.clusters.kind.worker_image import ensure_worker_image
+from testbed.host.docker.dockerd import docker, ensure_engine, stop_engine_if_idle
+from testbed.clusters.kind.images.node_image import ensure_node_image
+from testbed.clusters.kind.images.driver_image import ensure_driver_image, ensure_workload_image
+from testbed.clusters.kind.images.worker_image import ensure_worker_image
 from testbed.toolchain.resolve import ensure
 
 NODE_FLAG = "gpu-0=h100-80gb:1:whole"

@@ -35,8 +35,8 @@ from testbed.clusters.base import ClusterSpec  # noqa: E402
 from testbed.clusters.kwok import KwokCluster  # noqa: E402
 from testbed.clusters.kwok.nodes import node_object  # noqa: E402
 from testbed.clusters.layout import NodeSpec, from_flags, parse_mode  # noqa: E402
-from testbed.nvidia import nodes, plugin  # noqa: E402
-from testbed.nvidia.binary import PluginNotFound, plugin_binary  # noqa: E402
+from testbed.drivers.nvidia import nodes, plugin  # noqa: E402
+from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary  # noqa: E402
 from hostenv.processes import terminate  # noqa: E402
 from hostenv.versions import DEFAULT_MINOR  # noqa: E402
 

@@ -41,8 +41,8 @@ from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.kwok import cluster as kwok_cluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
-from testbed.namespaces import create_namespace
-from testbed.waiting import WaitTimeout, until, wait_for
+from testbed.kube.namespaces import create_namespace
+from testbed.kube.waiting import WaitTimeout, until, wait_for
 
 FLEETS = {"h100": (("h100-80gb", 8),),
           "mixed": (("h100-80gb", 8), ("h200-141gb", 8), ("b200-180gb", 8), ("gb200-186gb", 4))}

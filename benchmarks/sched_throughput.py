@@ -57,8 +57,8 @@ from testbed.clusters.features import FEATURE_GATES
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.kubelet import process as standin
-from testbed.namespaces import create_namespace
-from testbed.progress import step
+from testbed.kube.namespaces import create_namespace
+from testbed.host.progress import step
 from testbed.toolchain.gobuild import kubernetes_wrapper, run_go
 from testbed.toolchain.resolve import ensure
 

@@ -1,5 +1,5 @@
 """A signal landing while two threads import: how many runs hang, with a handler that raises at once
-(the baseline: what testbed.interrupts did before) against testbed.interrupts, in the same run.
+(the baseline: what testbed.host.interrupts did before) against testbed.host.interrupts, in the same run.
 
     python benchmarks/signal_during_imports.py [--runs 200] [--signal SIGHUP] [--wait 10]
 
@@ -7,7 +7,7 @@ Each run starts a child that imports fresh modules in a loop on its main thread 
 (as `up` does while the publisher's client modules preload), then sends it the signal at a random moment.
 A raise inside importlib's own code (its module-lock weakref callback) is swallowed and leaves the global
 import lock held: the child goes on, then hangs in its cleanup's import. A run that has not exited
-`--wait` seconds after the signal counts as hung and is killed. Exit 0 when testbed.interrupts hung in
+`--wait` seconds after the signal counts as hung and is killed. Exit 0 when testbed.host.interrupts hung in
 no run; 1 otherwise. Bad settings: one line, exit 2.
 """
 
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CHILD = textwrap.dedent("""
     import importlib, signal, sys, threading
-    from testbed import interrupts
+    from testbed.host import interrupts
 
     sys.path.insert(0, sys.argv[2])
     def churn(lo, hi):
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {run + 1}/{args.runs} runs: naive {outcomes['naive']}, ours {outcomes['ours']}", flush=True)
     hung = {h: o.get("hung", 0) for h, o in outcomes.items()}
     print(f"{args.signal} while two threads import, {args.runs} runs each:")
-    for handler, label in (("naive", "raise at once (baseline)"), ("ours", "testbed.interrupts")):
+    for handler, label in (("naive", "raise at once (baseline)"), ("ours", "testbed.host.interrupts")):
         print(f"  {label:26} hung {hung[handler]:4}  outcomes {dict(sorted(outcomes[handler].items()))}")
     print(f"  hung ratio ours/baseline: {hung['ours']}/{hung['naive']}")
     return 0 if hung["ours"] == 0 else 1

@@ -20,7 +20,7 @@ from kubernetes import client
 from testbed.clusters.base import ClusterError
 from testbed.clusters.kind import KindCluster
 from testbed.clusters.layout import from_flags
-from testbed.pytest_plugin import ApiViews
+from testbed.pytest.plugin import ApiViews
 
 # $DRA_TESTBED_KIND_CLUSTER names the cluster exactly; else it is this plus a random suffix (this alone with
 # --keep-cluster or --reuse-cluster), so two sessions at the same time never meet
@@ -53,12 +53,12 @@ class KindBed(ApiViews):
 
 @pytest.fixture(scope="session")
 def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
-    from testbed.clusters.kind.dockerd import engine_running, stop_engine_if_idle
-    from testbed.clusters.kind.dockerd import DockerError
-    from testbed.hostdeps import HostDepsMissing
-    from testbed.clusters.kind.node_image import ImageBuildError
-    from testbed.clusters.kind.driver_image import ensure_workload_image
-    from testbed.clusters.kind.rootfs import RootfsError
+    from testbed.host.docker.dockerd import engine_running, stop_engine_if_idle
+    from testbed.host.docker.dockerd import DockerError
+    from testbed.host.hostdeps import HostDepsMissing
+    from testbed.clusters.kind.images.node_image import ImageBuildError
+    from testbed.clusters.kind.images.driver_image import ensure_workload_image
+    from testbed.clusters.kind.images.rootfs import RootfsError
 
     engine_was_running = engine_running()  # a dockerd this session starts is stopped again at its end
     bed = request.getfixturevalue("bed")

@@ -55,7 +55,7 @@ def test_every_underdeclared_switch_has_its_board_partitionable_in_the_kwok_flee
     from fake_gpus.catalog import get_board
     from fake_gpus.driver.faults import UNDERDECLARED
     from testbed.clusters.layout import load_layout
-    from testbed.conformance.command import DEFAULT_LAYOUT
+    from testbed.cli.conformance import DEFAULT_LAYOUT
 
     offered = {p.name for n in load_layout(DEFAULT_LAYOUT).nodes if n.mode.kind == "dynamic-mig"
                for p in get_board(n.board).gpu_instance_profiles}

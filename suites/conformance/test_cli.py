@@ -47,7 +47,7 @@ def test_the_bed_runs_the_driver_given(monkeypatch, tmp_path, backend, args, kin
     that driver (the path `dra-testbed up --backend kind --driver nvidia` takes), as KWOK does with a binary."""
     from contextlib import contextmanager
 
-    from testbed import cli
+    from testbed.cli import main as cli
     from testbed.conformance import beds
 
     seen = []

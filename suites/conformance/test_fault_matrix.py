@@ -12,7 +12,7 @@ import pytest
 
 from suites.conformance.conftest import matrix_faults
 from testbed.clusters.layout import load_layout
-from testbed.conformance.command import DEFAULT_LAYOUT
+from testbed.cli.conformance import DEFAULT_LAYOUT
 from testbed.conformance.faultmatrix import NO_FAULT, expected_failures, run_fault, runnable
 from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN, Outcome
 

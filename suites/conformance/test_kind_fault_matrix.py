@@ -52,7 +52,7 @@ def kind_cluster(request) -> Iterator:
     from testbed.clusters.driver import DriverSpec
     from testbed.clusters.layout import from_flags, load_layout
     from testbed.clusters.registry import cluster_for
-    from testbed.conformance.command import DEFAULT_KIND_LAYOUT
+    from testbed.cli.conformance import DEFAULT_KIND_LAYOUT
 
     if not FULL:  # a second kind bed: 2.3 min more of every CI run (its bring-up, warm)
         from suites.kind_bed import LAYOUT_FLAGS

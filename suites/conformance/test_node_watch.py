@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from testbed.clusters.layout import load_layout
-from testbed.conformance.command import DEFAULT_KIND_LAYOUT
+from testbed.cli.conformance import DEFAULT_KIND_LAYOUT
 from testbed.conformance.generated import opening
 from testbed.conformance.node_watch import allocated_partitions, instance_problems, monitor_pod
 from testbed.conformance.workload_pods import view_mismatch

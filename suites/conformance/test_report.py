@@ -1,5 +1,5 @@
 """The report directory from a run's outcomes: files, exit codes, PRODUCT.yaml shape, and report.html as
-headless Chromium renders it (Debian's chromium, installed through testbed/hostdeps)."""
+headless Chromium renders it (Debian's chromium, installed through testbed/host/hostdeps)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_report_files(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    from testbed import hostdeps
+    from testbed.host import hostdeps
 
     hostdeps.ensure("html")  # installs Debian's chromium when missing (root), else one line saying how
     import shutil

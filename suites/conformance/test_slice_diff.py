@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from testbed.conformance.slice_diff import fingerprint, restart_changes
+from testbed.kube.slice_diff import fingerprint, restart_changes
 
 
 def _slice(name: str, devices: list[str], generation: int = 1, rv: str = "10", memory: str = "40Gi") -> dict:

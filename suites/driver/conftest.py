@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 
 from testbed.clusters.layout import Layout, parse_node_flag
-from testbed.namespaces import create_namespace
-from testbed.pytest_plugin import BedFactory, TestBed
+from testbed.kube.namespaces import create_namespace
+from testbed.pytest.plugin import BedFactory, TestBed
 
 
 @contextmanager

@@ -7,8 +7,8 @@ import uuid
 from fake_gpus.catalog import load_catalog
 from fake_gpus.driver.identity import current_identity, parse_device_name
 from fake_gpus.node import hardware_from_labels
-from testbed.pytest_plugin import TestBed
-from testbed.waiting import wait_for
+from testbed.pytest.plugin import TestBed
+from testbed.kube.waiting import wait_for
 
 IDENTITY = current_identity()
 

@@ -10,8 +10,8 @@ from conftest import driver_cluster
 from driver_helpers import IDENTITY, gpu_pod, mig_pod, overlapping_allocations, scheduled, settled, wait_pod
 from fake_gpus.driver.faults import fault_env
 from testbed.clusters.driver import DriverSpec
-from testbed.namespaces import create_namespace
-from testbed.pytest_plugin import TestBed
+from testbed.kube.namespaces import create_namespace
+from testbed.pytest.plugin import TestBed
 
 pytestmark = pytest.mark.cluster
 

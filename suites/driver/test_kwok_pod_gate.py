@@ -17,9 +17,9 @@ from fake_gpus.driver.faults import fault_env
 from testbed.clusters.kwok.stages import STAGES_ENV, StagesError, stages_yaml
 from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.daemon import FAILED_REASON
-from testbed.namespaces import create_namespace
-from testbed.pytest_plugin import TestBed
-from testbed.waiting import until
+from testbed.kube.namespaces import create_namespace
+from testbed.pytest.plugin import TestBed
+from testbed.kube.waiting import until
 
 from suites.driver.conftest import driver_cluster
 

@@ -15,7 +15,7 @@ from fake_gpus.driver.credentials import NodeIdentity, NodeTokens
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.layout import Mode, NodeSpec
-from testbed.waiting import wait_for, wait_gone
+from testbed.kube.waiting import wait_for, wait_gone
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,7 @@ from fake_gpus.driver import paging
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
-from testbed.pytest_plugin import TestBed
+from testbed.pytest.plugin import TestBed
 
 pytestmark = pytest.mark.cluster
 

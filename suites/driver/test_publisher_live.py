@@ -9,7 +9,7 @@ from fake_gpus.machine import launch
 from fake_gpus.nvml import state
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.layout import Mode, NodeSpec
-from testbed.waiting import wait_for
+from testbed.kube.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -50,7 +50,7 @@ def test_node_life_and_nvml_state_changes(scheduling_bed) -> None:
 
 
 def _wait_no_slices(bed, node: str) -> None:
-    from testbed.waiting import wait_gone
+    from testbed.kube.waiting import wait_gone
 
     for s in bed.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
         wait_gone(bed.resource.read_resource_slice, s.metadata.name, what=f"slice {s.metadata.name} removed")

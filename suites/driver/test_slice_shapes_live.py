@@ -11,7 +11,7 @@ import pytest
 from conftest import driver_cluster
 from fake_gpus.catalog import all_boards
 from fake_gpus.machine.provision import usable_layouts
-from testbed.pytest_plugin import TestBed
+from testbed.pytest.plugin import TestBed
 
 pytestmark = pytest.mark.cluster
 

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHEAP = {"kubernetes.client.api.version_api"}
 UP = """
 import json, sys
-from testbed import cli
+from testbed.cli import main as cli
 code = cli.main(["up", "--name", sys.argv[1], "--node", "typed-a=h100-80gb:1:dynamic-mig", "--node", "typed-b=b200-180gb:1:whole"])
 print(json.dumps({"code": code, "apis": sorted(m for m in sys.modules if m.startswith("kubernetes.client.api."))}))
 """

@@ -11,7 +11,7 @@ import re
 from testbed.outcomes.manifests import load
 from testbed.outcomes.render import labels
 from testbed.outcomes.run import run_manifests
-from testbed.pytest_plugin import TestBed
+from testbed.pytest.plugin import TestBed
 
 pytestmark = pytest.mark.cluster
 

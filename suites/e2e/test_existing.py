@@ -10,7 +10,7 @@ import pytest
 
 from testbed.clusters.base import ClusterError, ClusterSpec
 from testbed.clusters.existing import ExistingCluster
-from testbed.pytest_plugin import TestBed
+from testbed.pytest.plugin import TestBed
 
 pytestmark = pytest.mark.cluster
 

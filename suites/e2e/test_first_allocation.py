@@ -8,8 +8,8 @@ import pytest
 
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
-from testbed.pytest_plugin import TestBed
-from testbed.waiting import wait_for
+from testbed.pytest.plugin import TestBed
+from testbed.kube.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -17,9 +17,9 @@ from typing import Callable
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.kubeletplugin.calllog import Call, parse_calls
 from suites.kind.pods import claim_template
-from testbed.apiviews import ApiViews
+from testbed.kube.apiviews import ApiViews
 from testbed.kubelet.standin import extended_claim
-from testbed.waiting import wait_for, wait_for_all
+from testbed.kube.waiting import wait_for, wait_for_all
 
 IDENTITY = current_identity()
 TEMPLATE, SHARED = "one-1g", "shared"  # a 1g.10gb MIG device per claim, made from the template / one claim for all

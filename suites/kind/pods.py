@@ -13,8 +13,8 @@ from kubernetes.client.exceptions import ApiException
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity, parse_device_name
 from fake_gpus.nvml.state import validate_state_dir
-from testbed.namespaces import create_namespace
-from testbed.waiting import wait_for
+from testbed.kube.namespaces import create_namespace
+from testbed.kube.waiting import wait_for
 
 IDENTITY = current_identity()
 H100 = get_board("h100-80gb")

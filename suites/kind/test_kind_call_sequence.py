@@ -17,8 +17,8 @@ from fake_gpus.driver.kubeletplugin.calllog import CALL_LOG_ENV
 from suites.kind.call_sequence import IDENTITY, SCENARIOS, Allowed, Recording, Runner, compare
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import from_flags
-from testbed.namespaces import create_namespace
-from testbed.waiting import wait_for_all
+from testbed.kube.namespaces import create_namespace
+from testbed.kube.waiting import wait_for_all
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 
@@ -49,7 +49,7 @@ def _record(runner_bed, node: str, image: str, read_log) -> Recording:
 def kind_recording(kind_bed) -> Recording:
     """The scenarios on kind, with the call log switched on by redeploying the driver (and off again after)."""
     from testbed.campaign.kind import read_if_present
-    from testbed.clusters.kind.dockerd import docker
+    from testbed.host.docker.dockerd import docker
 
     worker = kind_bed.worker(NODE)
     path = f"/var/lib/kubelet/plugins/{IDENTITY.driver}/{LOG}"

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from testbed.waiting import wait_for
+from testbed.kube.waiting import wait_for
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 

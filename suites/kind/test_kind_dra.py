@@ -11,7 +11,7 @@ from fake_gpus.nvml.state import validate_state_dir
 from suites.kind.pods import (H100, IDENTITY, allocated_device, cdi_specs, claim_template, delete_pod, gpu_instances, gpu_pod,
                               placement_of, run_pod, scratch_namespace)
 from testbed.clusters.kind.driver import DRIVER_NAMESPACE
-from testbed.waiting import wait_for
+from testbed.kube.waiting import wait_for
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 
@@ -214,7 +214,7 @@ def _plugin_ready(pod) -> bool | None:
 def test_a_plugin_whose_socket_is_gone_is_not_ready(kind_bed) -> None:
     """The DaemonSet's readiness probe means the kubelet can use the plugin: remove its DRA socket from the
     node and the pod turns NotReady (the probe says why) while the process keeps running; a new pod is Ready."""
-    from testbed.clusters.kind.dockerd import docker
+    from testbed.host.docker.dockerd import docker
 
     node = kind_bed.worker("gpu-whole")
     old = wait_for(kind_bed.core.list_namespaced_pod, lambda p: p.spec.node_name == node and _plugin_ready(p) is True,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import leftovers
+from testbed.host import leftovers
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.clusters.kind.dockerd import docker
-from testbed.clusters.kind.node_storage import SNAPSHOTS_IN_NODE, containerd_name
+from testbed.host.docker.dockerd import docker
+from testbed.clusters.kind.images.node_storage import SNAPSHOTS_IN_NODE, containerd_name
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 

@@ -24,13 +24,13 @@ from fake_gpus.nvml.state import validate_state_dir
 from suites.kind_bed import KindBed
 from suites.kind.pods import (H100, allocated_device, claim_template, delete_pod, gpu_instances, gpu_pod, placement_of, run_pod,
                               scratch_namespace)
-from testbed.waiting import wait_for
+from testbed.kube.waiting import wait_for
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec
-from testbed.clusters.kind.nvidia_driver import NAME as CHART, NVIDIA_NAMESPACE
+from testbed.drivers.nvidia.kind import NAME as CHART, NVIDIA_NAMESPACE
 from testbed.clusters.layout import from_flags
-from testbed.nvidia.binary import PluginNotFound, plugin_binary
-from testbed.nvidia.classes import DRIVER
+from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
+from testbed.drivers.nvidia.classes import DRIVER
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 
@@ -61,7 +61,7 @@ def test_an_image_not_in_the_engine_is_refused_before_a_cluster_is_made(command,
 @pytest.fixture(scope="module")
 def nvidia_kind(bed, request) -> Iterator[KindBed]:
     """A kind cluster of its own (never the shared suite's name) running NVIDIA's plugin from $DRA_TESTBED_NVIDIA_PLUGIN."""
-    from testbed.clusters.kind.driver_image import ensure_workload_image
+    from testbed.clusters.kind.images.driver_image import ensure_workload_image
 
     try:
         binary = plugin_binary()
@@ -216,7 +216,7 @@ def test_quickstart_nvidia_smi_pods_list_exactly_their_device(nvidia_kind, names
     """A whole GPU (class gpu.nvidia.com) and a MIG device (mig.nvidia.com): the pod's `nvidia-smi -L` lists
     exactly the allocated GPU, or its parent GPU with one MIG device of the allocated profile (the node
     holds no other instance meanwhile)."""
-    from testbed.clusters.kind.node_image import ensure_base_image
+    from testbed.clusters.kind.images.node_image import ensure_base_image
 
     if driver == "ours":
         nvidia_kind.cluster.deploy_driver(DriverSpec("ours", DRIVER))

@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 import pytest
 
 from testbed.clusters.layout import NodeSpec, parse_mode
-from testbed.nvidia import nodes, plugin
-from testbed.nvidia.binary import PluginNotFound, plugin_binary
-from testbed.pytest_plugin import TestBed
+from testbed.drivers.nvidia import nodes, plugin
+from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
+from testbed.pytest.plugin import TestBed
 
 
 @pytest.fixture(scope="session")

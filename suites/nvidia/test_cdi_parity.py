@@ -2,7 +2,7 @@
 
 NVIDIA's plugin prepares each claim (a whole GPU, a dynamic 1g.10gb, a 3g.40gb the scheduler allocated)
 and unprepares it; then our kubelet plugin, started on the same node as the KWOK bed starts it, prepares
-the same claim. Both specs go through one model of a CDI runtime (testbed.cdi_view): the files a container
+the same claim. Both specs go through one model of a CDI runtime (testbed.kube.cdi_view): the files a container
 sees at each path (NVIDIA's create-symlinks hooks resolved to the file they name) and its device nodes must
 be the same; ours may add only the fake NVML's own library and state directories. That is what lets
 NVIDIA's quickstart pod (`nvidia-smi -L` in a plain image) run on our driver: its nvidia-smi and
@@ -19,13 +19,13 @@ import pytest
 from fake_gpus.nvml import state
 from fake_gpus.nvml.build import ensure_library
 from hostenv.processes import terminate
-from testbed.cdi_view import container_view, read_specs
+from testbed.kube.cdi_view import container_view, read_specs
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.kwok.driver import OurDriver, remove_plugin_dirs
 from testbed.clusters.layout import NodeSpec, parse_mode
 from testbed.kubelet.standin import StandInKubelet
-from testbed.nvidia import plugin
-from testbed.waiting import until
+from testbed.drivers.nvidia import plugin
+from testbed.kube.waiting import until
 
 from suites.nvidia.test_nvidia_prepare import CLAIMS, _claim, _pod, _wait_reserved
 

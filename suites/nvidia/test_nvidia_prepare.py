@@ -15,7 +15,7 @@ import pytest
 from fake_gpus.driver.identity import parse_device_name
 from fake_gpus.nvml import capabilities, state
 from testbed.kubelet.standin import StandInKubelet
-from testbed.nvidia import plugin
+from testbed.drivers.nvidia import plugin
 
 pytestmark = pytest.mark.cluster
 

@@ -3,7 +3,7 @@
 For every board, whole GPUs, dynamic MIG and a static MIG layout: NVIDIA's plugin runs on a KWOK node's
 fake hardware (fake NVML, driver root, /proc and /sys views) and publishes; our driver's slices for that
 same node are built from the same NVML state and checked by the API server (dryRun). The comparison
-(testbed.nvidia.parity) leaves out only ALLOWED_DIFFERENCES; everything else must be identical. Both
+(testbed.drivers.nvidia.parity) leaves out only ALLOWED_DIFFERENCES; everything else must be identical. Both
 minors whose pool shapes differ run: 1.34 (a GPU's counter set and devices in one slice) and 1.35 (the
 counter sets, then a devices slice per GPU), each on a bed of its own.
 """
@@ -19,7 +19,7 @@ from fake_gpus.catalog import BOARD_KEYS, get_board
 from fake_gpus.driver.slices import server_minor
 from fake_gpus.machine.provision import usable_layouts
 from testbed.clusters.layout import Layout, parse_node_flag
-from testbed.nvidia import parity, plugin
+from testbed.drivers.nvidia import parity, plugin
 
 from suites.nvidia.conftest import node_factory
 

@@ -18,8 +18,8 @@ import pytest
 from fake_gpus.nvml import state
 from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.daemon import FAILED_REASON, daemon_for
-from testbed.nvidia import plugin
-from testbed.waiting import until
+from testbed.drivers.nvidia import plugin
+from testbed.kube.waiting import until
 
 pytestmark = pytest.mark.cluster
 

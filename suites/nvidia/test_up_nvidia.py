@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from testbed.cli import main
+from testbed.cli.main import main
 from testbed.kubelet import PREPARED_ANNOTATION
-from testbed.nvidia.plugin import DRIVER
+from testbed.drivers.nvidia.plugin import DRIVER
 
 pytestmark = pytest.mark.cluster
 

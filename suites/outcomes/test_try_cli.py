@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli_try import cluster_spec, resolve_fleet
+from testbed.cli.try_cmd import cluster_spec, resolve_fleet
 from testbed.clusters.driver import DriverSpec, DriverSpecError
 from testbed.clusters.kwok.driver import kwok_driver
-from testbed.nvidia.binary import PLUGIN_ENV
+from testbed.drivers.nvidia.binary import PLUGIN_ENV
 from testbed.outcomes.manifests import ManifestError, load
 
 from .conftest import EXAMPLES, H100_ONLY

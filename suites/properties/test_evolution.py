@@ -27,7 +27,7 @@ from fake_gpus.node import parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.kubelet.process import plugin_pid
-from testbed.waiting import until
+from testbed.kube.waiting import until
 from testbed.workloads.bundle import default_root
 from testbed.workloads.evolution_bed import SharedFleet
 from testbed.workloads.evolution_machine import evolution_machine

@@ -20,7 +20,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from suites.properties.conftest import PropertyBed, bring_up, bundle_dir
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, Mode, NodeSpec
-from testbed.nvidia.binary import PluginNotFound, plugin_binary
+from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 from testbed.workloads.machine import allocation_machine
 from testbed.workloads.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
 from testbed.workloads.upstream import all_in_later_alternative_works

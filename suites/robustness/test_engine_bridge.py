@@ -28,8 +28,8 @@ def _in_own_network(tmp_path: Path, body: str) -> dict:
         unmount_below("/run")
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/run"], check=True)
         subprocess.run(["mount", "-t", "sysfs", "sysfs", "/sys"], check=True)  # /sys/class/net of this netns
-        from testbed import leftovers
-        from testbed.clusters.kind import dockerd
+        from testbed.host import leftovers
+        from testbed.host.docker import dockerd
         out = {}
         def stand_in_engine():
             # a sleeper stands for the dockerd we started; the bridge is what that dockerd makes
@@ -74,7 +74,7 @@ def test_a_bridge_that_was_there_before_stays(tmp_path: Path) -> None:
 
 def test_the_firewall_rules_and_forwarding_our_dockerd_added_go_when_it_stops(tmp_path: Path) -> None:
     out = _in_own_network(tmp_path, """
-        from testbed.clusters.kind import engine_firewall as fw
+        from testbed.host.docker import firewall as fw
         def ipt(*args):
             subprocess.run(["iptables", *args], check=True, capture_output=True)
         forward = fw.FORWARD_SYSCTL
@@ -112,7 +112,7 @@ def test_the_firewall_rules_and_forwarding_our_dockerd_added_go_when_it_stops(tm
 
 
 def test_only_dockers_chains_and_rules_naming_them_or_its_bridges_are_taken_back() -> None:
-    from testbed.clusters.kind.engine_firewall import dockers
+    from testbed.host.docker.firewall import dockers
 
     before = [":FORWARD ACCEPT [0:0]", ":DOCKER - [0:0]", "-A FORWARD -j DOCKER", "-A DOCKER -o br-000000000001 -j ACCEPT"]
     after = [":FORWARD DROP [5:300]", ":DOCKER - [0:0]", ":DOCKER-USER - [0:0]", "-A FORWARD -j DOCKER", "-A FORWARD -j DOCKER-USER",

@@ -20,7 +20,7 @@ from fake_gpus.driver.identity import current_identity
 from testbed.campaign.chaos import COMPONENTS
 from testbed.campaign.report import CAUGHT_AS, judge, table
 from testbed.campaign.session import CAMPAIGN_LAYOUT, kwok_session
-from testbed.waiting import WaitTimeout
+from testbed.kube.waiting import WaitTimeout
 from testbed.workloads import runner as runner_module
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
 from testbed.workloads.runner import PropertyFailure, Runner

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hostenv.mounts import mounted_below
-from testbed import fresh
+from testbed.fresh import machine as fresh
 
 # what runc does to start a container: a mount namespace of its own, the rootfs a mount point, pivot_root(".",
 # ".") and the old root unmounted; then it holds the container until stdin closes. `docker exec` enters that

@@ -24,7 +24,7 @@ AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 def test_without_root_it_says_so_in_one_line(tmp_path: Path) -> None:
     tmp_path.chmod(0o777)
     out = subprocess.run([*AS_NOBODY, sys.executable, "-I", "-c",
-                          f"import sys; sys.path.insert(0, {str(REPO)!r}); from testbed.fresh import main; "
+                          f"import sys; sys.path.insert(0, {str(REPO)!r}); from testbed.fresh.machine import main; "
                           f"sys.exit(main(['--workdir', {str(tmp_path)!r}]))"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
@@ -34,7 +34,8 @@ def test_without_root_it_says_so_in_one_line(tmp_path: Path) -> None:
 
 def test_a_host_package_it_cannot_install_is_one_line_and_nothing_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh host has no iptables (it came with docker.io before): the run installs it or says so, never a traceback."""
-    from testbed import fresh, hostdeps
+    from testbed.fresh import machine as fresh
+    from testbed.host import hostdeps
 
     absent = hostdeps.Package("iptables", (str(tmp_path / "no-such-iptables"),))
     monkeypatch.setitem(hostdeps.FEATURES, "fresh", (hostdeps.FEATURES["fresh"][0], (absent,)))
@@ -54,7 +55,7 @@ def test_a_host_package_it_cannot_install_is_one_line_and_nothing_is_made(tmp_pa
 
 
 def test_the_fresh_feature_names_every_host_command_the_run_uses() -> None:
-    from testbed import hostdeps
+    from testbed.host import hostdeps
 
     provided = {probe for package in hostdeps.FEATURES["fresh"][1] for probe in package.provides}
     assert {"debootstrap", "iptables", "ip"} <= provided

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_gpus.catalog import BOARDS_DIR, BOARD_KEYS, CatalogError, load_board_file
-from testbed import cli
+from testbed.cli import main as cli
 from testbed.clusters.layout import LayoutError, load_layout
 from testbed.workloads.bundle import FORMAT as BUNDLE_FORMAT
 
@@ -61,8 +61,8 @@ SENTINELS = (
     "testbed.clusters.kwok.cluster.ensure",             # kwok up: the toolchain, right before processes start
     "testbed.clusters.kind.cluster.hostdeps.prefetch",  # kind up: apt/Docker, right before anything starts
     "fake_gpus.nvml.build.ensure_library",              # fake-nvml env/build: compiling the library
-    "testbed.clusters.kind.node_image.ensure_node_image",  # image build
-    "testbed.clusters.kind.dockerd.stop_engine",        # image stop-engine: never stop a real engine from here
+    "testbed.clusters.kind.images.node_image.ensure_node_image",  # image build
+    "testbed.host.docker.dockerd.stop_engine",        # image stop-engine: never stop a real engine from here
     "kubernetes.config.new_client_from_config",         # replay --kubeconfig and friends: talking to a cluster
 )
 
@@ -74,7 +74,7 @@ def run_cli(argv: list[str], state: Path) -> tuple[str, int, str]:
         for target in SENTINELS:
             stack.enter_context(mock.patch(target, side_effect=Started(target)))
         stack.enter_context(mock.patch.dict(os.environ, {"DRA_TESTBED_STATE": str(state), "DRA_TESTBED_NO_APT": "1"}))
-        stack.enter_context(mock.patch("testbed.interrupts.install", return_value=False))  # keep pytest's handlers
+        stack.enter_context(mock.patch("testbed.host.interrupts.install", return_value=False))  # keep pytest's handlers
         stack.enter_context(contextlib.chdir(state.parent))  # relative paths a mutation makes land in the test's folder
         stack.enter_context(contextlib.redirect_stderr(err))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))

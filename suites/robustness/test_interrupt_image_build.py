@@ -23,20 +23,20 @@ import pytest
 from hostenv import processes
 from hostenv.dirs import cache_root
 from interrupt_helpers import SIGNALS, Phase, interrupt_at
-from testbed import leftovers
-from testbed.clusters.kind.dockerd import docker, ensure_engine, image_present, stop_engine_if_idle
-from testbed.clusters.kind.driver_image import driver_reference
-from testbed.clusters.kind.node_image import ensure_base_image
+from testbed.host import leftovers
+from testbed.host.docker.dockerd import docker, ensure_engine, image_present, stop_engine_if_idle
+from testbed.clusters.kind.images.driver_image import driver_reference
+from testbed.clusters.kind.images.node_image import ensure_base_image
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = textwrap.dedent("""
     import sys
-    from testbed import interrupts
+    from testbed.host import interrupts
     interrupts.install()
     try:
-        from testbed.clusters.kind.driver_image import ensure_driver_image
+        from testbed.clusters.kind.images.driver_image import ensure_driver_image
         print(ensure_driver_image(), flush=True)
     except KeyboardInterrupt:
         print("image build: interrupted", file=sys.stderr, flush=True)

@@ -18,8 +18,8 @@ import pytest
 
 from interrupt_helpers import SIGNALS, Phase, interrupt_at
 from suites.processes import mentioning
-from testbed import leftovers
-from testbed.clusters.kind.dockerd import engine_running
+from testbed.host import leftovers
+from testbed.host.docker.dockerd import engine_running
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kind, pytest.mark.slow]
 
@@ -120,7 +120,7 @@ def _interrupt_and_check(tmp_path: Path, signum: int, phase_name: str, env: dict
     engine_before = engine_running()
     stale_before = set(leftovers.stale_mounts())
     links_before = set(leftovers.links())
-    args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
+    args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "testbed.pytest.plugin", "-p", "no:cacheprovider",
             "--rootdir", str(folder), str(folder / "test_hold.py")]
     try:
         code, err, _ = interrupt_at(args, state, phase, signum, timeout=1200, env={"DRA_TESTBED_KIND_CLUSTER": name, **(env or {})})

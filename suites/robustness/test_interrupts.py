@@ -18,7 +18,7 @@ import yaml
 
 from hostenv import processes
 from interrupt_helpers import SIGNALS, Phase, interrupt_at
-from testbed import leftovers
+from testbed.host import leftovers
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -119,7 +119,7 @@ def test_signal_during_a_pytest_session_tears_the_bed_down(tmp_path: Path, state
     (folder / "test_hold.py").write_text(SESSION_TEST)
     layout = folder / "layout.yaml"
     layout.write_text(yaml.safe_dump({"nodes": [{"name": "g0", "board": "h100-80gb", "count": 2}]}))
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest.plugin", "-p", "no:cacheprovider",
             "--rootdir", str(folder), "--cluster-name", NAME, "--layout", str(layout), str(folder / "test_hold.py")]
     code, err, ports = interrupt_at(args, state, phase, signum, ports_of=_ports)
     assert code != 0

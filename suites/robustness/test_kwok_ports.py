@@ -17,7 +17,7 @@ import yaml
 
 from hostenv.processes import alive, run_group, terminate
 from hostenv.versions import DEFAULT_MINOR
-from testbed import leftovers
+from testbed.host import leftovers
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
 from testbed.clusters.kwok.cluster import BINARIES
 from testbed.clusters.kwok.ports import COMPONENT_PORTS, component_ports

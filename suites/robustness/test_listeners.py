@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import leftovers
+from testbed.host import leftovers
 from testbed.clusters.kwok import KwokCluster
 
 pytestmark = pytest.mark.cluster

@@ -1,5 +1,5 @@
 """Mounts a run leaves: a stopped dockerd's self-bind of its data root and `ip netns`'s /run/netns are found by
-testbed.leftovers and taken down by our dockerd stop and the fresh network's teardown.
+testbed.host.leftovers and taken down by our dockerd stop and the fresh network's teardown.
 
 Each case runs in a private mount namespace (`unshare --mount --propagation private`) with the cache, the
 state and /run of its own, so nothing it mounts can reach the machine or a colleague's run."""
@@ -28,7 +28,7 @@ def _in_private_mounts(tmp_path: Path, body: str) -> dict:
         from hostenv.mounts import mount_points, unmount_below
         unmount_below("/run")  # the machine's mounts under /run, in this namespace only (propagation is private)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/run"], check=True)
-        from testbed import leftovers
+        from testbed.host import leftovers
         out = {}
     """) + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
     env = dict(os.environ, DRA_TESTBED_CACHE=str(tmp_path / "cache"), DRA_TESTBED_STATE=str(tmp_path / "state"),
@@ -41,7 +41,7 @@ def _in_private_mounts(tmp_path: Path, body: str) -> dict:
 
 def test_a_stopped_dockerds_data_root_bind_is_reported_and_unmounted(tmp_path: Path) -> None:
     out = _in_private_mounts(tmp_path, """
-        from testbed.clusters.kind import dockerd
+        from testbed.host.docker import dockerd
         data = dockerd.engine_dir() / "data"
         data.mkdir(parents=True)
         subprocess.run(["mount", "--bind", str(data), str(data)], check=True)  # what dockerd does to its data root
@@ -63,7 +63,7 @@ def test_a_stopped_dockerds_data_root_bind_is_reported_and_unmounted(tmp_path: P
 
 def test_stop_engine_unmounts_what_its_dockerd_left(tmp_path: Path) -> None:
     out = _in_private_mounts(tmp_path, """
-        from testbed.clusters.kind import dockerd
+        from testbed.host.docker import dockerd
         data = dockerd.engine_dir() / "data"
         data.mkdir(parents=True)
         subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
@@ -80,7 +80,7 @@ def test_stop_engine_unmounts_what_its_dockerd_left(tmp_path: Path) -> None:
 
 def test_an_empty_run_netns_mount_is_reported_and_released_only_when_ours_and_empty(tmp_path: Path) -> None:
     out = _in_private_mounts(tmp_path, """
-        from testbed import freshnet
+        from testbed.host import netns as freshnet
         netns = freshnet.NETNS_DIR
         netns.mkdir()
         subprocess.run(["mount", "--bind", str(netns), str(netns)], check=True)  # what `ip netns add` does

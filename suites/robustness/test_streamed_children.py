@@ -13,7 +13,7 @@ import pytest
 
 from hostenv.mounts import unmount_below
 from hostenv.processes import alive, stream
-from testbed.interrupts import Terminated
+from testbed.host.interrupts import Terminated
 
 # the child starts a grandchild (as go starts its compilers), reports both pids, then waits on it
 SCRIPT = "sleep 300 & echo child $$ grandchild $!; wait"
@@ -24,7 +24,7 @@ def test_interrupt_while_streaming_stops_child_and_grandchildren() -> None:
 
     def take(line: str) -> None:
         seen.extend(int(word) for word in line.split() if word.isdigit())
-        raise KeyboardInterrupt  # what SIGINT/SIGTERM raise in the main thread (testbed.interrupts)
+        raise KeyboardInterrupt  # what SIGINT/SIGTERM raise in the main thread (testbed.host.interrupts)
 
     with pytest.raises(KeyboardInterrupt):
         stream(["sh", "-c", SCRIPT], take)
@@ -68,7 +68,7 @@ def test_grace_forwards_the_signal_and_keeps_the_output_of_the_clean_up() -> Non
     def take(line: str) -> None:
         lines.append(line.strip())
         if line.startswith("runner"):
-            raise Terminated(signal.SIGTERM)  # what a SIGTERM to us raises (testbed.interrupts)
+            raise Terminated(signal.SIGTERM)  # what a SIGTERM to us raises (testbed.host.interrupts)
 
     # a grace longer than HANG: a stream that waits out the grace, not the runner's end, is a hang here
     raised = _interrupted(["sh", "-c", TRAPPING], take, grace=10 * HANG,

@@ -25,7 +25,31 @@ LAYERS = (
     "fake_gpus.node",  # a node's hardware contract: NodeHardware, mode, labels
     "fake_gpus.driver",  # our DRA driver: reads hardware through NVML only
     "fake_gpus.machine",  # simulated machines: hardware, OS views, provisioning, the KWOK publisher process
-    "testbed",  # the test bed: clusters, images, workloads, CLI
+    # the test bed, one layer per subpackage (a module belongs to the longest prefix listed)
+    "testbed.errors",  # the two error roots: bad input (exit 2) and environment (exit 1)
+    "testbed.templates",  # Jinja templates and their loader
+    "testbed.host",  # this machine: Debian packages, signals, leftovers, progress, network namespaces, Docker engine
+    "testbed.toolchain",  # Kubernetes, etcd, kwok, kind binaries per minor
+    "testbed.kube",  # Kubernetes API helpers: retries, views, namespaces, drains, watches, CDI view, slice diff
+    "testbed.kubelet",  # the stand-in kubelet of KWOK nodes
+    "testbed.clusters",  # the cluster interface, layouts, driver specs and the driver registry, feature gates
+    "testbed.clusters.kind.images",  # kind's images built offline
+    "testbed.clusters.kwok.driver",  # what a driver implements to run on KWOK
+    "testbed.clusters.kind.driver",  # what a driver implements to run on kind
+    "testbed.drivers",  # drivers under test, one folder each
+    "testbed.clusters.kwok",  # the KWOK backend
+    "testbed.clusters.kind",  # the kind backend
+    "testbed.clusters.existing",  # a cluster someone else runs
+    "testbed.clusters.registry",  # backend name -> cluster
+    "testbed.workloads",  # generated workloads, the oracle, replay
+    "testbed.outcomes",  # will these manifests schedule: `try`
+    "testbed.density",  # trace replay and the density report
+    "testbed.conformance",  # the conformance suite
+    "testbed.campaign",  # the fault campaign
+    "testbed.upstream",  # Kubernetes' own DRA e2e
+    "testbed.fresh",  # the README's commands on a throwaway root
+    "testbed.pytest",  # pytest plugins: bed fixtures, proofs, skips
+    "testbed.cli",  # the dra-testbed command, one module per subcommand
 )
 PACKAGES = ("hostenv", "fake_gpus", "testbed")
 # "The driver never reads the catalog": driver modules may not import it, directly or by name.

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed import pytest_plugin
-from testbed.pytest_plugin import SESSION_LABEL, BedFactory, session_naming
+from testbed.pytest import plugin as pytest_plugin
+from testbed.pytest.plugin import SESSION_LABEL, BedFactory, session_naming
 
 
 class _Recorder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from testbed.cli import main
+from testbed.cli.main import main
 from testbed.workloads.bundle import FORMAT, bundle_format, load_bundle, write_bundle
 
 LAYOUT = "name: t\nnodes:\n- {name: n0, board: h100-80gb, count: 1, mode: dynamic-mig}\n"

@@ -16,7 +16,7 @@ from kubernetes import client
 
 from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, ClaimRecord, MigRecord, PreparedDevice
 from hostenv.processes import terminate
-from testbed.apiretry import RetryingApiClient
+from testbed.kube.apiretry import RetryingApiClient
 from testbed.campaign.audit import NodeState, cdi_uids, double_prepared, leaks
 from testbed.campaign.supervisor import Supervisor, Unit
 
@@ -329,7 +329,7 @@ def test_stopping_the_chaos_does_not_wait_out_a_unit_that_is_not_back() -> None:
 
 
 def test_a_runners_bound_is_counted_in_up_time() -> None:
-    from testbed.waiting import WaitTimeout
+    from testbed.kube.waiting import WaitTimeout
     from testbed.workloads.runner import Runner
 
     calls: list[float] = []
@@ -633,7 +633,7 @@ def test_the_benchmark_refuses_bad_settings_in_one_line_before_any_cluster(capsy
 def test_a_probe_of_a_server_that_cuts_its_answer_says_not_serving() -> None:
     # http.client's BadStatusLine and IncompleteRead are no OSError: a half-started apiserver's answer raised out of
     # the probe, and on kind out of all_running() into the chaos thread or the campaign's wait for the cluster
-    from testbed.health import http_ok
+    from testbed.host.health import http_ok
 
     listener = socket.create_server(("127.0.0.1", 0))
 

@@ -254,7 +254,7 @@ def test_readme_tables_are_the_catalog_s() -> None:
     from fake_gpus.catalog import all_boards
     from fake_gpus.catalog.provenance import markdown_section
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "boards.md").read_text()
     begin = readme.index("-->\n", readme.index("<!-- provenance tables")) + 4
     end = readme.index("\n<!-- end of provenance tables -->")
     assert readme[begin:end] == markdown_section(all_boards()), "README provenance tables are stale; paste markdown_section(all_boards())"

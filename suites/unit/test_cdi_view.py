@@ -1,4 +1,4 @@
-"""testbed.cdi_view: a container's view from CDI specs, the yardstick of the CDI parity test (suites/nvidia)."""
+"""testbed.kube.cdi_view: a container's view from CDI specs, the yardstick of the CDI parity test (suites/nvidia)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.cdi_view import IN_IMAGE, container_view, read_specs
+from testbed.kube.cdi_view import IN_IMAGE, container_view, read_specs
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 

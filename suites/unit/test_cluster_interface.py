@@ -42,8 +42,8 @@ def test_backends_refuse_driver_kinds_they_cannot_run_in_one_line(choose, tmp_pa
     assert choose(DriverSpec()).spec.kind == "ours"
     plugin = tmp_path / "plugin"
     plugin.write_text("")
-    # KWOK runs a kubelet-plugin binary as a process per node (testbed/nvidia); kind runs a binary or an
-    # image as NVIDIA's chart deploys it (testbed/clusters/kind/nvidia_driver.py)
+    # KWOK runs a kubelet-plugin binary as a process per node (testbed/drivers/nvidia); kind runs a binary or an
+    # image as NVIDIA's chart deploys it (testbed/drivers/nvidia/kind.py)
     assert choose(DriverSpec("binary", path=str(plugin))).spec.kind == "binary"
     unsupported = [DriverSpec("image", image="vendor/plugin:v1")] if choose is kwok_driver else []
     if choose is kind_driver:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from testbed.clusters.kind import driver_image as extra
+from testbed.clusters.kind.images import driver_image as extra
 
 REPO = Path(__file__).resolve().parents[2]
 

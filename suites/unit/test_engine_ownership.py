@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hostenv.processes import alive
-from testbed.clusters.kind import dockerd, image_cli
+from testbed.host.docker import dockerd
+from testbed.cli import image as image_cli
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ class _Image:
 
 def test_image_build_stops_the_dockerd_it_started(engine, monkeypatch: pytest.MonkeyPatch) -> None:
     pids = []
-    monkeypatch.setattr("testbed.clusters.kind.node_image.ensure_node_image",
+    monkeypatch.setattr("testbed.clusters.kind.images.node_image.ensure_node_image",
                         lambda *a, **k: (pids.append(engine(by_this_process=True)), _Image())[1])
     assert image_cli.cmd_image_build(_build_args()) == 0
     _wait_gone(pids[0])
@@ -64,7 +65,7 @@ def test_image_build_stops_it_on_failure_too(engine, monkeypatch: pytest.MonkeyP
         pids.append(engine(by_this_process=True))
         raise KeyboardInterrupt  # what a signal handler raises mid-build
 
-    monkeypatch.setattr("testbed.clusters.kind.node_image.ensure_node_image", fails)
+    monkeypatch.setattr("testbed.clusters.kind.images.node_image.ensure_node_image", fails)
     with pytest.raises(KeyboardInterrupt):
         image_cli.cmd_image_build(_build_args())
     _wait_gone(pids[0])
@@ -72,7 +73,7 @@ def test_image_build_stops_it_on_failure_too(engine, monkeypatch: pytest.MonkeyP
 
 def test_image_build_leaves_a_dockerd_that_ran_before(engine, monkeypatch: pytest.MonkeyPatch) -> None:
     before = engine(by_this_process=False)  # another run's (or started by hand): not this process's
-    monkeypatch.setattr("testbed.clusters.kind.node_image.ensure_node_image", lambda *a, **k: _Image())
+    monkeypatch.setattr("testbed.clusters.kind.images.node_image.ensure_node_image", lambda *a, **k: _Image())
     assert image_cli.cmd_image_build(_build_args()) == 0
     assert alive(before) and dockerd.started_pid() == before
 
@@ -88,7 +89,7 @@ def _wait_gone(pid: int) -> None:
 
 def test_a_niced_caller_starts_the_engine_at_normal_priority() -> None:
     """The shared engine must not inherit one niced job's priority (every kind node would run at it)."""
-    code = ("import os, subprocess, sys; os.nice(7); from testbed.clusters.kind.dockerd import at_normal_priority; "
+    code = ("import os, subprocess, sys; os.nice(7); from testbed.host.docker.dockerd import at_normal_priority; "
             "p = subprocess.Popen(at_normal_priority(['sleep', '30'])); import time; time.sleep(0.3); "
             "print(open(f'/proc/{p.pid}/stat').read().rsplit(')', 1)[1].split()[16]); p.kill()")
     nice = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed import fresh
+from testbed.fresh import machine as fresh
 
 OURS, HOSTS = "a" * 64, "b" * 64
 
@@ -39,9 +39,9 @@ def test_the_containers_are_read_from_the_machines_engine(tmp_path: Path) -> Non
 
 
 def test_the_engine_folder_is_where_the_project_puts_it_under_the_machines_home(monkeypatch) -> None:
-    from testbed.clusters.kind.dockerd import engine_dir
+    from testbed.host.docker.dockerd import engine_dir
 
     monkeypatch.delenv("DRA_TESTBED_CACHE", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setenv("HOME", "/root")  # the machine's (testbed/fresh.py runs the commands with HOME=/root)
+    monkeypatch.setenv("HOME", "/root")  # the machine's (testbed/fresh/machine.py runs the commands with HOME=/root)
     assert engine_dir() / "data" / "containers" == Path("/") / fresh.MACHINE_CONTAINERS

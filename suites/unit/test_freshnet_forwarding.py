@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import freshnet
+from testbed.host import netns as freshnet
 
 
 def _flag(tmp_path: Path, value: str) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import hostdeps
+from testbed.host import hostdeps
 
 FAKE_APT = """#!/bin/sh
 echo "$@" >> {log}

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from suites.robustness.interrupt_helpers import default_signals
-from testbed import interrupts
+from testbed.host import interrupts
 
 REPO = Path(__file__).resolve().parents[2]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-HEADER = "import os, signal, sys, time, weakref\nfrom testbed import interrupts\n"
+HEADER = "import os, signal, sys, time, weakref\nfrom testbed.host import interrupts\n"
 
 # Each landing defines `land()`, whose run puts the signal (os.kill to ourselves runs the handler before
 # os.kill returns) inside the place named, and prints "landed" once that place has finished its work.
@@ -165,7 +165,7 @@ SESSION_TEST = """
 
 def test_a_sigterm_in_a_finalizer_during_a_session_fixture_ends_the_session(tmp_path: Path) -> None:
     (tmp_path / "test_finalized.py").write_text(textwrap.dedent(SESSION_TEST))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest_plugin", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "testbed.pytest.plugin", "-p", "no:cacheprovider",
                           "--rootdir", str(tmp_path), str(tmp_path / "test_finalized.py")],
                          capture_output=True, text=True, timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                          preexec_fn=default_signals)

@@ -1,4 +1,4 @@
-"""Where kind nodes unpack images (testbed/clusters/kind/node_storage.py) and how images are named in them."""
+"""Where kind nodes unpack images (testbed/clusters/kind/images/node_storage.py) and how images are named in them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.clusters.kind import node_files
-from testbed.clusters.kind.node_storage import MARKER_IN_NODE, ON_DISK_ENV, SNAPSHOTS_IN_NODE, containerd_name, storage_mounts
+from testbed.clusters.kind.images import node_files
+from testbed.clusters.kind.images.node_storage import MARKER_IN_NODE, ON_DISK_ENV, SNAPSHOTS_IN_NODE, containerd_name, storage_mounts
 
 
 @pytest.mark.parametrize("reference, name", [

@@ -54,7 +54,7 @@ def test_removing_a_node_that_has_none_is_a_no_op(home: Path) -> None:
 
 def test_nvidias_plugins_leave_no_shared_socket_folder_either(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # /tmp/dra-testbed-nvidia was left empty after the NVIDIA suites, as dra-testbed-ours was after ours
-    from testbed.nvidia.plugin import NodePlugin, remove
+    from testbed.drivers.nvidia.plugin import NodePlugin, remove
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     plugins = [NodePlugin(node, tmp_path / "cluster" / "nvidia" / node, None) for node in ("gpu-0", "gpu-1")]

@@ -29,7 +29,7 @@ def test_skipped():
 def test_table_junit_and_html_say_what_was_proved(tmp_path: Path) -> None:
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     report, junit = tmp_path / "out" / "report.html", tmp_path / "out" / "junit.xml"
-    run = subprocess.run([sys.executable, "-m", "pytest", "test_sample.py", "-q", "-p", "testbed.proofs", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "test_sample.py", "-q", "-p", "testbed.pytest.proofs", "-p", "no:cacheprovider",
                           "--proof-report", str(report), "--junitxml", str(junit), "-o", "junit_family=xunit2",
                           "--proof-title", "sample"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)

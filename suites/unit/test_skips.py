@@ -1,4 +1,4 @@
-"""The skip guard (testbed/skips.py): a skip the committed allowlist does not name fails the run."""
+"""The skip guard (testbed/pytest/skips.py): a skip the committed allowlist does not name fails the run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.skips import DEFAULT_ALLOWLIST, load_allowlist
+from testbed.pytest.skips import DEFAULT_ALLOWLIST, load_allowlist
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = '''
@@ -34,7 +34,7 @@ def _run(tmp_path: Path, allowed: list[dict] | None, euid: int | None = None) ->
     allowlist = tmp_path / "skips.yaml"
     if allowed is not None:
         allowlist.write_text(yaml.safe_dump(allowed))
-    return subprocess.run([sys.executable, "-m", "pytest", "test_sample.py", "-q", "-p", "testbed.skips", "-p", "no:cacheprovider",
+    return subprocess.run([sys.executable, "-m", "pytest", "test_sample.py", "-q", "-p", "testbed.pytest.skips", "-p", "no:cacheprovider",
                            "--skip-allowlist", str(allowlist)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 

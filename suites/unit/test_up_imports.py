@@ -16,13 +16,13 @@ HEAVY = ("kubernetes", "grpc", "pynvml", "matplotlib", "hypothesis")
 
 UP_PATH = """
 import json, sys
-import testbed.cli as cli
+import testbed.cli.main as cli
 cli.build_parser()
 from fake_gpus.catalog import CatalogError
-from testbed.clusters.kind.dockerd import DockerError
-from testbed.clusters.kind.node_image import ImageBuildError
-from testbed.clusters.kind.rootfs import RootfsError
-from testbed.hostdeps import HostDepsMissing
+from testbed.host.docker.dockerd import DockerError
+from testbed.clusters.kind.images.node_image import ImageBuildError
+from testbed.clusters.kind.images.rootfs import RootfsError
+from testbed.host.hostdeps import HostDepsMissing
 from testbed.toolchain.resolve import ToolchainError
 from testbed.clusters.registry import backend_class
 backend_class("kwok")

@@ -129,7 +129,7 @@ def test_manifest_parsing_refuses_a_missing_image() -> None:
 @pytest.mark.kind
 def test_busybox_image_offers_what_the_tests_exec() -> None:
     """The shell lines the DRA tests and the proxy's file IO run, inside our busybox and proxy images."""
-    from testbed.clusters.kind.dockerd import docker
+    from testbed.host.docker.dockerd import docker
 
     refs = images.ensure_images("1.34")
     script = ("env | grep -q PATH= && echo aGkK | base64 -d && mkdir /tmp/d && mv /tmp/d /tmp/e && rm -rf /tmp/e "
@@ -149,7 +149,7 @@ def _git(repo: Path, *args: str) -> str:
 def test_nvidia_plugin_is_built_from_the_pinned_commit_not_the_tip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI builder fetches exactly the pinned commit (a later commit on the branch must not leak in),
     builds ./cmd/gpu-kubelet-plugin from the repository's vendor mode, and serves the cached binary after."""
-    from testbed.nvidia import build
+    from testbed.drivers.nvidia import build
 
     repo = tmp_path / "repo"
     (repo / "cmd" / "gpu-kubelet-plugin").mkdir(parents=True)

@@ -28,7 +28,7 @@ from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED
 from fake_gpus.driver.kubeletplugin.server import CHECKPOINT
 from testbed.campaign.audit import NodeState, cdi_uids, read_checkpoint, read_instances
 from testbed.campaign.outages import Outages
-from testbed.health import http_ok
+from testbed.host.health import http_ok
 from testbed.campaign.session import Session, session_on
 from testbed.clusters.layout import Layout
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from testbed.health import http_ok
+from testbed.host.health import http_ok
 
 def flag(argv: list[str], name: str) -> str | None:
     """The value of `--name=value` (or `--name value`) in a command line."""

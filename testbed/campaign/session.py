@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from fake_gpus.driver.identity import current_identity
-from testbed.apiretry import RetryingApiClient, retrying_client
+from testbed.kube.apiretry import RetryingApiClient, retrying_client
 from testbed.campaign.kwok import KwokTarget
 from testbed.campaign.run import Campaign, CampaignResult, Target, run_campaign
 from testbed.campaign.supervisor import Supervision, Supervisor

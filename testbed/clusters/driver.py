@@ -76,7 +76,7 @@ def parse_driver(text: str, name: str | None = None, binary: str | None = None, 
             raise DriverSpecError("--driver-image needs an image reference, e.g. registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v25.8.0")
         return DriverSpec("image", name or current_identity().driver, image=image)
     if text == "nvidia":
-        from testbed.nvidia.binary import PluginNotFound, plugin_binary
+        from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 
         try:
             return DriverSpec("binary", name or current_identity().driver, path=str(plugin_binary(binary)))

@@ -6,7 +6,7 @@ the checks' finding (slices.served-api), not a failed `up`. A vendor's binary on
 `up` (a plugin process per node), so that bed has no node control. The kind bed runs the driver as
 DaemonSets on real kubelets; the suite may restart, roll and pause them (driver_control) and runs its
 workload image in pods to read NVML there. Every bed's API client retries what a loaded control plane
-drops (refused or cut connections, 429/5xx: testbed.apiretry), so only the driver's answers are findings.
+drops (refused or cut connections, 429/5xx: testbed.kube.apiretry), so only the driver's answers are findings.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.node.driver_root import DRIVER_ROOT_DIR
 from fake_gpus.nvml.state import NODE_STATE_DIR
-from testbed.apiretry import retrying_client
+from testbed.kube.apiretry import retrying_client
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, NodeSpec
@@ -135,7 +135,7 @@ def kind_bed(layout: Layout, k8s: str, driver: DriverSpec, name: str | None = No
 def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
     """The subject of a running kind cluster of the suite's own: our workload image loaded into its
     workers, and the driver's DaemonSets under the suite's control."""
-    from testbed.clusters.kind.driver_image import ensure_workload_image
+    from testbed.clusters.kind.images.driver_image import ensure_workload_image
     from testbed.conformance import driver_control
 
     workload = ensure_workload_image()

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from testbed.conformance.subject import Subject
 from testbed.outcomes.manifests import Applier, Manifest
 from testbed.outcomes.settle import settle as settle_pods
-from testbed.waiting import WaitTimeout, wait_for
+from testbed.kube.waiting import WaitTimeout, wait_for
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 SETTLE_TIMEOUT = 60.0
@@ -139,7 +139,7 @@ def delete(subject: Subject, namespace: str, pod_name: str, timeout: float = 60.
     pod = subject.core.read_namespaced_pod(pod_name, namespace)
     claims = [s.resource_claim_name for s in pod.status.resource_claim_statuses or [] if s.resource_claim_name]
     subject.core.delete_namespaced_pod(pod_name, namespace, body=client.V1DeleteOptions(grace_period_seconds=0))
-    from testbed.waiting import wait_gone
+    from testbed.kube.waiting import wait_gone
 
     wait_gone(subject.core.read_namespaced_pod, pod_name, namespace, timeout=timeout, what=f"pod {pod_name} deleted")
     for claim in claims:

@@ -18,9 +18,9 @@ from fake_gpus.catalog import CatalogError
 from fake_gpus.driver.slices import api_limits, server_minor
 from testbed.clusters.layout import Mode, NodeSpec
 from testbed.conformance.outcome import CheckFailed, Evidence, NotRun
-from testbed.conformance.slice_diff import fingerprint, restart_changes
+from testbed.kube.slice_diff import fingerprint, restart_changes
 from testbed.conformance.subject import Subject
-from testbed.waiting import wait_for
+from testbed.kube.waiting import wait_for
 from testbed.workloads.devices import Inventory
 from testbed.workloads.truth import board_of
 

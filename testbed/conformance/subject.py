@@ -20,9 +20,9 @@ from typing import Callable, ContextManager
 from kubernetes import client
 
 from fake_gpus.driver.identity import DriverIdentity
-from testbed.apiviews import ApiViews
+from testbed.kube.apiviews import ApiViews
 from testbed.clusters.layout import Layout, NodeSpec
-from testbed.namespaces import create_namespace
+from testbed.kube.namespaces import create_namespace
 
 NAMESPACE_LABEL = "dra-testbed.io/conformance"
 

@@ -20,7 +20,7 @@ from kubernetes.stream import stream
 
 from testbed.conformance.outcome import CheckFailed
 from testbed.conformance.subject import Subject
-from testbed.waiting import WaitTimeout, wait_gone
+from testbed.kube.waiting import WaitTimeout, wait_gone
 
 START_TIMEOUT = 180.0  # a pod's claims prepared and its containers up (kind on a loaded machine; the fault matrix lowers it)
 GONE_TIMEOUT = 120.0

@@ -18,14 +18,14 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
-from testbed import progress
+from testbed.host import progress
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode
 from testbed.density.mapping import claim_body, fleet_profiles, pod_body
 from testbed.density.metrics import PodRecord, Sample, sample
 from testbed.density.trace import Event, Trace
-from testbed.namespaces import create_namespace
+from testbed.kube.namespaces import create_namespace
 from testbed.outcomes.settle import Following
 
 NAMESPACE = "density"

@@ -23,7 +23,7 @@ from filelock import FileLock
 from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import release_for
-from testbed import progress
+from testbed.host import progress
 from testbed.toolchain.gobuild import run_go
 
 SOURCE = Path(__file__).with_name("dra_cel.go")

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping
 
 from kubernetes import client
 
-from testbed.apiviews import dynamic_client
+from testbed.kube.apiviews import dynamic_client
 from testbed.outcomes.cel import Evaluation, evaluate
 from testbed.workloads.devices import Device, DeviceId, Inventory
 from testbed.workloads.model import ClaimSpec, MatchAttribute, Request, SubRequest

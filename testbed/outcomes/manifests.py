@@ -17,8 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from testbed.apiviews import dynamic_client
-from testbed.namespaces import create_namespace
+from testbed.kube.apiviews import dynamic_client
+from testbed.kube.namespaces import create_namespace
 from testbed.outcomes.cel import error_position
 
 # Creation order: what others refer to first (namespaces, classes, claims), workloads last.

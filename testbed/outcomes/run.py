@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from testbed.apiviews import dynamic_client
-from testbed.namespaces import create_namespace
+from testbed.kube.apiviews import dynamic_client
+from testbed.kube.namespaces import create_namespace
 from testbed.outcomes.explain import PodOutcome, explain
 from testbed.outcomes.fleet import Fleet
 from testbed.outcomes.manifests import Applied, Applier, Manifest, expected_pods

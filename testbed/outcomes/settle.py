@@ -21,7 +21,7 @@ from typing import Iterable
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from testbed.apiviews import dynamic_client
+from testbed.kube.apiviews import dynamic_client
 
 WATCH_SLICE = 5  # seconds per watch request, so that the threads notice the end promptly
 

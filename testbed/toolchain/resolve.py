@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from hostenv.goenv import GoMissingError
-from testbed import progress
+from testbed.host import progress
 from testbed.toolchain import download, gobuild
 from testbed.toolchain.projects import (
     GITHUB_DOWNLOAD_ENV,

@@ -23,9 +23,9 @@ from pathlib import Path
 from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import Release, release_for
-from testbed import hostdeps, progress
-from testbed.clusters.kind.dockerd import docker, ensure_engine
-from testbed.clusters.kind.node_image import PATH_ENV, ImageBuildError
+from testbed.host import hostdeps, progress
+from testbed.host.docker.dockerd import docker, ensure_engine
+from testbed.clusters.kind.images.node_image import PATH_ENV, ImageBuildError
 from testbed.toolchain import gobuild
 
 PROXY_SOURCE = Path(__file__).resolve().parent / "proxy"
@@ -164,7 +164,7 @@ def sample_device_plugin_binary(release: Release) -> Path:
 
 def pause_binary(work: Path) -> Path:
     """The node image's pause (C, static): the sandbox image the e2e framework names."""
-    from testbed.clusters.kind.node_image import _pause_binary
+    from testbed.clusters.kind.images.node_image import _pause_binary
 
     return _pause_binary(work)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostenv.processes import run_group, stream
-from testbed import progress
+from testbed.host import progress
 from testbed.upstream.exceptions import Exception_
 from testbed.upstream.report import Summary, read_specs, summarise
 

@@ -2,7 +2,7 @@
 replaced, a node's mode switches, the driver is updated.
 
 Each step is what an operator does on a real fleet, through the real API: a node whose hardware changes
-is drained first (cordon, evict; testbed.drain), then changed (testbed.clusters.kwok.fleet), then opened
+is drained first (cordon, evict; testbed.kube.drain), then changed (testbed.clusters.kwok.fleet), then opened
 again. After every step the published slices are checked against the fleet as it really is now
 (fleet_facts: each node's boards and mode, nothing left of a node that went, no claim on a device no
 slice publishes, no MIG instance no claim holds) and the runner's own checks run (soundness, and pods the
@@ -21,9 +21,9 @@ from kubernetes import client
 from fake_gpus.node import Mode, NodeHardware, parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import NodeSpec
-from testbed.drain import cordon, drain
+from testbed.kube.drain import cordon, drain
 from testbed.kubelet import PREPARED_ANNOTATION
-from testbed.conformance.slice_diff import fingerprint, restart_changes
+from testbed.kube.slice_diff import fingerprint, restart_changes
 from testbed.workloads.fleet_facts import fleet_facts, leaked, stranded
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
 from testbed.workloads.observe import Snapshot

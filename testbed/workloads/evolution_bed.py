@@ -16,8 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import Layout, NodeSpec
-from testbed.drain import cordon, drain
-from testbed.waiting import WaitTimeout, until, wait_for_all
+from testbed.kube.drain import cordon, drain
+from testbed.kube.waiting import WaitTimeout, until, wait_for_all
 from testbed.workloads.bundle import layout_yaml
 from testbed.workloads.evolution import Evolution
 from testbed.workloads.runner import NAMESPACE_LABEL, PropertyFailure, Runner

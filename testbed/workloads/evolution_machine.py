@@ -15,7 +15,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 from fake_gpus.node import parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import NodeSpec
-from testbed.drain import drain
+from testbed.kube.drain import drain
 from testbed.workloads.bundle import layout_yaml
 from testbed.workloads.evolution import Evolution
 from testbed.workloads.model import PodSpec

@@ -20,8 +20,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.identity import DriverIdentity, current_identity
-from testbed.namespaces import create_namespace
-from testbed.waiting import WaitTimeout, wait_for, wait_for_all
+from testbed.kube.namespaces import create_namespace
+from testbed.kube.waiting import WaitTimeout, wait_for, wait_for_all
 from testbed.workloads import properties
 from testbed.workloads.bundle import write_bundle
 from testbed.workloads.devices import Inventory

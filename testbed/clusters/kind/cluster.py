@@ -15,7 +15,7 @@ from pathlib import Path
 from kubernetes import client
 
 from hostenv.versions import release_for
-from testbed import hostdeps, progress
+from testbed.host import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
@@ -26,10 +26,10 @@ from testbed.clusters.kind.join_discovery import JoinDiscovery
 from testbed.clusters.kind.join_discovery import prepare as prepare_join
 from testbed.clusters.kind.kind_cli import run_kind
 from testbed.clusters.kind.gpu_nodes import BASE_SPEC_IN_NODE, make_device_nodes, write_base_spec
-from testbed.clusters.kind.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
+from testbed.host.docker.dockerd import DockerError, docker, ensure_engine, stop_engine_if_idle
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, pod_cidr, remove_kind_network_if_unused
-from testbed.clusters.kind.node_storage import containerd_name, storage_mounts, unpack_images
-from testbed.clusters.kind.worker_image import ensure_worker_image
+from testbed.clusters.kind.images.node_storage import containerd_name, storage_mounts, unpack_images
+from testbed.clusters.kind.images.worker_image import ensure_worker_image
 from testbed.clusters.kind.nodes import (NVML_LIB_IN_NODE, NVML_STATE_IN_NODE, KindNode, Mount, gpu_minors, node_labels, nvml_library,
                                          provision_state)
 from testbed.clusters.layout import Layout, check_size
@@ -158,7 +158,7 @@ class KindCluster(Cluster):
         if spec.apiserver_port and not port_is_free(spec.apiserver_port):
             raise ClusterError(f"port {spec.apiserver_port} is busy; choose a free --port or leave it out for a random one")
         kind = self._kind_binary(release.minor)
-        from testbed.clusters.kind.node_image import ImageBuildError, ensure_node_image
+        from testbed.clusters.kind.images.node_image import ImageBuildError, ensure_node_image
 
         try:
             image = ensure_node_image(release.minor).reference

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kubernetes import client
 
 from fake_gpus.driver.identity import DriverIdentity
-from testbed import progress
+from testbed.host import progress
 from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT, POLICY_NAME
@@ -61,7 +61,7 @@ class KindDriver(abc.ABC):
         the workers: both drivers may carry one name, and a plugin refuses the other's checkpoint."""
         if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
             return
-        from testbed.clusters.kind.dockerd import docker
+        from testbed.host.docker.dockerd import docker
 
         try:
             cluster.kubectl("delete", "namespace", namespace, "--wait=true", timeout=READY_TIMEOUT)
@@ -75,7 +75,7 @@ class OurDriver(KindDriver):
     """Our fake-GPU driver image, built from this tree and loaded into the workers."""
 
     def image(self, minor: str) -> str:
-        from testbed.clusters.kind.driver_image import ensure_driver_image
+        from testbed.clusters.kind.images.driver_image import ensure_driver_image
 
         return ensure_driver_image(minor)
 
@@ -99,7 +99,7 @@ class OurDriver(KindDriver):
         manifest = cluster.home / "driver.yaml"
         before = manifest.read_text() if manifest.is_file() else None
         with progress.step(f"deploying the driver ({image})"):
-            from testbed.clusters.kind.nvidia_driver import NVIDIA_NAMESPACE
+            from testbed.drivers.nvidia.kind import NVIDIA_NAMESPACE
 
             self.retire(cluster, NVIDIA_NAMESPACE)
             self.apply(cluster, layout, minor)
@@ -148,8 +148,8 @@ def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIM
 
 
 DRIVERS: dict[str, str] = {"ours": "testbed.clusters.kind.driver:OurDriver",
-                           "binary": "testbed.clusters.kind.nvidia_driver:NvidiaKindDriver",
-                           "image": "testbed.clusters.kind.nvidia_driver:NvidiaKindDriver"}
+                           "binary": "testbed.drivers.nvidia.kind:NvidiaKindDriver",
+                           "image": "testbed.drivers.nvidia.kind:NvidiaKindDriver"}
 
 
 def kind_driver(spec: DriverSpec) -> KindDriver:

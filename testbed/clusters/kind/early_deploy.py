@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from testbed.clusters.kind.dockerd import DockerError, docker
-from testbed.health import http_ok
+from testbed.host.docker.dockerd import DockerError, docker
+from testbed.host.health import http_ok
 
 POLL_SECONDS = 0.5
 UNPACK_TRIES = 60  # polls: the workers boot within half a minute or are slow enough for kind to retry them

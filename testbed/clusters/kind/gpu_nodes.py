@@ -17,7 +17,7 @@ from pathlib import Path
 from fake_gpus.machine.driver_root import device_nodes
 from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed.clusters.base import ClusterError
-from testbed.clusters.kind.dockerd import docker
+from testbed.host.docker.dockerd import docker
 
 BASE_SPEC_IN_NODE = "/etc/containerd/cri-base.json"  # base_runtime_spec of the node's containerd config
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from hostenv.processes import group_members, read_stopped, stop_group
-from testbed import progress
+from testbed.host import progress
 
 CREATING_WAIT = 120.0  # seconds an interrupted kind's `docker run`s get to finish making their containers
 MAKES_CONTAINERS = ("run", "create")  # docker subcommands (also under `docker container`) that make one

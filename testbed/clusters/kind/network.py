@@ -4,7 +4,7 @@ nodes' /24s. Also removes kind's Docker network once it is unused."""
 
 from __future__ import annotations
 
-from testbed.clusters.kind.dockerd import DockerError, docker
+from testbed.host.docker.dockerd import DockerError, docker
 
 POD_SUBNET = "10.244.0.0/16"
 CNI_CONF_IN_NODE = "/etc/cni/net.d/10-dra-testbed.conflist"

@@ -20,7 +20,7 @@ from fake_gpus.driver.client_modules import preload_api_modules
 from hostenv.dirs import state_root
 from hostenv.processes import alive, run_group, started_from, terminate
 from hostenv.versions import release_for
-from testbed import progress
+from testbed.host import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.driver_identity import apply_identity

@@ -25,7 +25,7 @@ from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.layout import Layout, NodeSpec
 from testbed.kubelet import process as standin
-from testbed.waiting import WaitTimeout, until
+from testbed.kube.waiting import WaitTimeout, until
 
 
 ROLL_TIMEOUT = 120.0  # seconds the stand-in gets to replace the nodes' plugins in a driver update (START_GRACE is 60)
@@ -159,11 +159,11 @@ class OurDriver(KwokDriver):
         remove_socket_root(home)
 
 
-# kind -> module:class, imported on first use: a vendor's driver (testbed/nvidia, NVIDIA's plugin as a process
+# kind -> module:class, imported on first use: a vendor's driver (testbed/drivers/nvidia, NVIDIA's plugin as a process
 # per node) builds on KwokDriver, so importing it here at load time would be a cycle. Every kind is known
 # in any process, so that `down` stops whichever runs.
 DRIVERS: dict[str, str] = {"ours": "testbed.clusters.kwok.driver:OurDriver",
-                           "binary": "testbed.nvidia.kwok_driver:NvidiaBinaryDriver"}
+                           "binary": "testbed.drivers.nvidia.kwok:NvidiaBinaryDriver"}
 
 
 def driver_class(kind: str) -> type[KwokDriver]:

@@ -5,7 +5,7 @@ Node its kubelet registers (here: created), one that is gone is a Node deleted, 
 admin's change of the node's hardware labels that the machine's MIG manager acts on (here: the KWOK
 publisher process, which plays the machines). The driver follows each change as a DaemonSet follows its
 nodes (KwokDriver.join / leave), and the cluster's recorded layout follows too, so a later driver
-redeploy serves the fleet as it is now. Draining a node first is the caller's part (testbed.drain).
+redeploy serves the fleet as it is now. Draining a node first is the caller's part (testbed.kube.drain).
 """
 
 from __future__ import annotations

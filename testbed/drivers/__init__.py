@@ -1,0 +1,1 @@
+"""Drivers under test, one folder each (ours, nvidia, ...): how each runs on each backend."""

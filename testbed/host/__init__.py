@@ -1,0 +1,2 @@
+"""This machine: Debian packages the project installs, signals that unwind like Ctrl-C, what a run leaves
+behind, progress on the terminal, component health probes."""
