@@ -1,15 +1,19 @@
 """Sessions: `nox -s e2e` (bring up the default test bed, run the e2e suites, tear it down) and `nox -s tests`.
 
 $DRA_TESTBED_K8S picks the Kubernetes minor (default 1.34), $DRA_TESTBED_BACKEND the backend of `e2e` (kwok,
-kind) and $DRA_TESTBED_DRIVER its driver (ours, nvidia: built from its pinned commit by `nox -s nvidia-plugin`
-unless $DRA_TESTBED_NVIDIA_PLUGIN names a binary); arguments after `--` go to pytest.
+kind) and $DRA_TESTBED_DRIVER its driver (ours, nvidia: NVIDIA's plugin found as testbed/drivers/nvidia/binary.py
+says, which builds it from its pinned commit when nothing else gives one); arguments after `--` go to pytest.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # nox imports this file from outside the project
+from hostenv.dirs import shared_inputs  # noqa: E402  (standard library only: nox's own Python can load it)
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
@@ -18,12 +22,17 @@ nox.options.sessions = ["tests"]
 K8S = os.environ.get("DRA_TESTBED_K8S", "1.34")
 BACKEND = os.environ.get("DRA_TESTBED_BACKEND", "kwok")
 DRIVER = os.environ.get("DRA_TESTBED_DRIVER", "ours")
+# On Ctrl-C nox waits `interrupt_timeout` seconds for its command (which got the same SIGINT) before it SIGTERMs
+# it, then `terminate_timeout` before SIGKILL; its defaults (0.3 s, 0.2 s) killed pytest and `dra-testbed` in the
+# middle of a bed's teardown. A bed-owning child's cleanup takes seconds to minutes (hostenv.processes.run_child
+# waits up to 180 s for a CLI under pytest); a second Ctrl-C stops nox's wait, not the child's cleanup.
+UNTIL_CLEANED = {"interrupt_timeout": 600.0, "terminate_timeout": 60.0}
 
 
 def _prepare(session: nox.Session) -> None:
     """Install the project, then make sure the toolchain of the chosen minor is cached (built if need be)."""
     session.install("-e", ".[test]")
-    session.run("dra-testbed", "toolchain", "ensure", "--k8s", K8S)
+    session.run("dra-testbed", "toolchain", "ensure", "--k8s", K8S, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -31,10 +40,13 @@ def tests(session: nox.Session) -> None:
     """Every suite: unit, fake NVML, driver, and the live-cluster suites on a KWOK test bed."""
     _prepare(session)
     # the upstream DRA smoke (suites/upstream) needs e2e.test: built through the toolchain, cached per release
-    session.run("dra-testbed", "upstream-e2e", "--build-only", "--k8s", K8S)
+    session.run("dra-testbed", "upstream-e2e", "--build-only", "--k8s", K8S, **UNTIL_CLEANED)
+    # NVIDIA's plugin found, or built with its progress in view, before pytest captures it; where there is none
+    # the suites that run it fail, each with the lookup's line, and the rest still run
+    _nvidia_plugin(session, required=False)
     # the second minor's pool shape (a second cold toolchain) runs in `nox -s pool-shapes`; a -m in posargs wins
     session.run("python", "-m", "pytest", "suites", "-q", "-ra", "--k8s", K8S, "-m", "not second_minor", "--durations=25",
-                "--junitxml", "reports/tests/junit.xml", *session.posargs)
+                "--junitxml", "reports/tests/junit.xml", *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session(name="pool-shapes")
@@ -42,8 +54,9 @@ def pool_shapes(session: nox.Session) -> None:
     """The 1.35+ pool shape (counter sets in slices of their own): slice parity with NVIDIA's plugin and every
     board x mode on a live 1.35 API server, the tests marked `second_minor` that `nox -s tests` leaves out."""
     _prepare(session)
+    _nvidia_plugin(session)
     session.run("python", "-m", "pytest", "suites/nvidia/test_slice_parity.py", "suites/driver/test_slice_shapes_live.py",
-                "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, env=_nvidia_plugin_env(session))
+                "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -51,18 +64,18 @@ def e2e(session: nox.Session) -> None:
     """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it; ends with
     a table of what was proved and writes reports/e2e/junit.xml and reports/e2e/report.html."""
     _prepare(session)
-    env = _nvidia_plugin_env(session) if DRIVER == "nvidia" else {}
+    if DRIVER == "nvidia":
+        _nvidia_plugin(session)
     session.run("python", "-m", "pytest", "suites/e2e", "-q", "-ra", "--k8s", K8S, "--backend", BACKEND, "--driver", DRIVER,
                 "-p", "testbed.pytest.proofs", "--junitxml", "reports/e2e/junit.xml", "--proof-report", "reports/e2e/report.html",
                 "--proof-title", f"end-to-end on the default test bed ({BACKEND}, Kubernetes {K8S}, driver {DRIVER})",
-                *session.posargs, env=env)
+                *session.posargs, **UNTIL_CLEANED)
 
 
-def _nvidia_plugin_env(session: nox.Session) -> dict[str, str]:
-    """$DRA_TESTBED_NVIDIA_PLUGIN, built from the pinned commit when the environment names none."""
-    if os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):
-        return {}
-    return {"DRA_TESTBED_NVIDIA_PLUGIN": session.run("python", "-m", "testbed.drivers.nvidia.build", silent=True).strip().splitlines()[-1]}
+def _nvidia_plugin(session: nox.Session, required: bool = True) -> None:
+    """NVIDIA's plugin found (or built) before the tests by the lookup they use themselves, which prints the
+    binary and where it came from; none found fails a session that `required` it, with the lookup's one line."""
+    session.run("python", "-m", "testbed.drivers.nvidia.binary", success_codes=[0] if required else [0, 1], **UNTIL_CLEANED)
 
 
 @nox.session(name="properties-nvidia")
@@ -70,8 +83,9 @@ def properties_nvidia(session: nox.Session) -> None:
     """The property machines on NVIDIA's own slices at the Hypothesis profile's settings (`nox -s tests` runs a
     smoke of them): suites/properties/test_nvidia_slices.py with $DRA_TESTBED_NVIDIA_PROPERTIES=full."""
     _prepare(session)
+    _nvidia_plugin(session)
     session.run("python", "-m", "pytest", "suites/properties/test_nvidia_slices.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
-                env={"DRA_TESTBED_NVIDIA_PROPERTIES": "full", **_nvidia_plugin_env(session)})
+                env={"DRA_TESTBED_NVIDIA_PROPERTIES": "full"}, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -81,7 +95,7 @@ def evolution(session: nox.Session) -> None:
     $DRA_TESTBED_EVOLUTION=full; pick a profile with `-- --hypothesis-profile nightly`."""
     _prepare(session)
     session.run("python", "-m", "pytest", "suites/properties/test_evolution.py", "-q", "-ra", "--k8s", K8S, "-k", "machine or explicit",
-                *session.posargs, env={"DRA_TESTBED_EVOLUTION": "full"})
+                *session.posargs, env={"DRA_TESTBED_EVOLUTION": "full"}, **UNTIL_CLEANED)
 
 
 @nox.session(name="nvidia-plugin")
@@ -89,10 +103,10 @@ def nvidia_plugin(session: nox.Session) -> None:
     """NVIDIA's gpu-kubelet-plugin built from its pinned commit (git: $DRA_TESTBED_NVIDIA_REPO or GitHub) into
     the cache; prints its path."""
     session.install("-e", ".")
-    session.run("python", "-m", "testbed.drivers.nvidia.build")
+    session.run("python", "-m", "testbed.drivers.nvidia.build", **UNTIL_CLEANED)
 
 
-TRACE_DIR = os.environ.get("DRA_TESTBED_TRACE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "data", "alibaba-gpu-v2023"))
+TRACE_DIR = os.environ.get("DRA_TESTBED_TRACE_DIR", str(shared_inputs() / "data" / "alibaba-gpu-v2023"))
 TRACE_LISTS = ("openb_pod_list_default.csv", "openb_pod_list_gpushare100.csv", "openb_pod_list_multigpu50.csv")
 
 
@@ -106,7 +120,7 @@ def density(session: nox.Session) -> None:
     for name in TRACE_LISTS:
         session.run("dra-testbed", "density", "--trace", os.path.join(TRACE_DIR, name), "--fleet", "clusters/layouts/density-h100.yaml",
                     "--modes", "whole,static-mig:all-balanced,dynamic-mig", "--k8s", K8S,
-                    "--report", os.path.join("density-report", name.removesuffix(".csv")), *session.posargs)
+                    "--report", os.path.join("density-report", name.removesuffix(".csv")), *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -115,31 +129,31 @@ def fuzz(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", "suites/robustness/test_fuzz_inputs.py", "-q", "-s", "-p", "no:cacheprovider",
                 *session.posargs, env={"DRA_TESTBED_FUZZ_EXAMPLES": os.environ.get("DRA_TESTBED_FUZZ_EXAMPLES", "2000"),
-                                       "DRA_TESTBED_FUZZ_RANDOM": "1"})
+                                       "DRA_TESTBED_FUZZ_RANDOM": "1"}, **UNTIL_CLEANED)
 
 
 @nox.session
 def conformance(session: nox.Session) -> None:
     """The conformance suite: the full fault matrix (KWOK, and the node-only checks on kind), then the
-    suite's reports for our driver on KWOK and kind, and for NVIDIA's when $DRA_TESTBED_NVIDIA_PLUGIN is set.
+    suite's reports for our driver and for NVIDIA's (its plugin found as `nox -s e2e` finds it) on KWOK and kind.
 
     With arguments after `--`, runs `dra-testbed conformance` with them instead (e.g. `-- --kubeconfig
-    FILE --driver gpu.nvidia.com --report DIR`)."""
+    FILE --driver-name gpu.nvidia.com --report DIR`)."""
     _prepare(session)
     if session.posargs:
-        session.run("dra-testbed", "conformance", *session.posargs)
+        session.run("dra-testbed", "conformance", *session.posargs, **UNTIL_CLEANED)
         return
+    _nvidia_plugin(session)  # before the long matrix: NVIDIA's reports are part of the session, never left out
     session.run("python", "-m", "pytest", "suites/conformance", "-q", "-ra", "--k8s", K8S,
-                env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "reports/conformance/matrix"})
+                env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "reports/conformance/matrix"}, **UNTIL_CLEANED)
     # incomplete (3) on both: KWOK cannot run the node side, kind cannot add a node (slices.removed-with-node);
     # a failed MUST (1) still fails the session
     for backend in ("kwok", "kind"):
         session.run("dra-testbed", "conformance", "--backend", backend, "--k8s", K8S, "--driver", "ours",
-                    "--report", f"reports/conformance/ours-{backend}", success_codes=[0, 3])
-    if os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN"):  # NVIDIA's plugin, a test input: its reports, whatever the verdict
-        for backend in ("kwok", "kind"):
-            session.run("dra-testbed", "conformance", "--backend", backend, "--k8s", K8S, "--driver", "nvidia",
-                        "--report", f"reports/conformance/nvidia-{backend}", success_codes=[0, 1, 3])
+                    "--report", f"reports/conformance/ours-{backend}", success_codes=[0, 3], **UNTIL_CLEANED)
+    for backend in ("kwok", "kind"):  # NVIDIA's plugin, a test input: its reports, whatever the verdict
+        session.run("dra-testbed", "conformance", "--backend", backend, "--k8s", K8S, "--driver", "nvidia",
+                    "--report", f"reports/conformance/nvidia-{backend}", success_codes=[0, 1, 3], **UNTIL_CLEANED)
 
 
 @nox.session
@@ -148,7 +162,7 @@ def campaign(session: nox.Session) -> None:
     apiserver and etcd during generated workloads on KWOK, the same seeds with zero kills, then the faults it must
     catch; `nox -s tests` runs a dozen kills. Arguments after `--` go to the script (e.g. `-- --kills 20`)."""
     _prepare(session)
-    session.run("python", "benchmarks/fault_campaign.py", "--k8s", K8S, "--report", "reports/campaign", *session.posargs)
+    session.run("python", "benchmarks/fault_campaign.py", "--k8s", K8S, "--report", "reports/campaign", *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -157,7 +171,7 @@ def fresh(session: nox.Session) -> None:
     namespace) with only Go, Python and gcc (root; an hour or more cold). `-- --keep` keeps the chroot,
     `-- --workdir DIR` places it, `-- --sessions tests` runs only the test command."""
     session.install("-e", ".")
-    session.run("python", "-m", "testbed.fresh", *session.posargs)
+    session.run("python", "-m", "testbed.fresh", *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -168,4 +182,4 @@ def upstream(session: nox.Session) -> None:
     [Serial], [Slow] and [Feature:OffByDefault] included, on kind with the alpha gates on)."""
     _prepare(session)
     args = session.posargs or ["--backend", "kwok", "--k8s", K8S, "--report", f"reports/upstream/kwok-{K8S}"]
-    session.run("dra-testbed", "upstream-e2e", *args)
+    session.run("dra-testbed", "upstream-e2e", *args, **UNTIL_CLEANED)

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from kubernetes import client, watch
 
+from hostenv.processes import run_child
 from testbed.clusters.base import ClusterSpec
-from testbed.clusters.kind import KindCluster
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.kind.network import CNI_CONF_IN_NODE, POD_SUBNET, cni_config, remove_kind_network_if_unused
 from testbed.clusters.layout import from_flags
 from testbed.host.docker.dockerd import docker, ensure_engine, stop_engine_if_idle
@@ -53,11 +54,11 @@ def timed_up(minor: str) -> float:
     cli = [sys.executable, "-m", "testbed.cli"]
     stop_engine_if_idle()
     started = time.monotonic()
-    subprocess.run([*cli, "up", "--backend", "kind", "--name", name, "--k8s", minor, "--node", NODE_FLAG], check=True,
-                   capture_output=True)
+    run_child([*cli, "up", "--backend", "kind", "--name", name, "--k8s", minor, "--node", NODE_FLAG], check=True,
+              capture_output=True)
     elapsed = time.monotonic() - started
     try:
-        api = KindCluster(name).api_client()
+        api = cluster_for("kind", name).api_client()
         slices = client.ResourceV1Api(api).list_resource_slice().items
         api.close()
         if not slices:
@@ -124,7 +125,7 @@ def pods_to_running(minor: str) -> dict[str, float]:
     from fake_gpus.driver.identity import current_identity
 
     identity = current_identity()
-    cluster = KindCluster("bench-kind-pod")
+    cluster = cluster_for("kind", "bench-kind-pod")
     cluster.create(ClusterSpec(name=cluster.name, k8s=minor, layout=LAYOUT), force=True)
     try:
         image = ensure_workload_image()

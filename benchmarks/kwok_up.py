@@ -22,9 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from hostenv.processes import run_child
 from testbed.clusters.base import ClusterSpec
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
-from testbed.clusters.kwok import BINARIES, KwokCluster, node_object
+from testbed.clusters.kwok import BINARIES, node_object
 from testbed.clusters.layout import load_layout
 from testbed.toolchain.resolve import ensure
 
@@ -82,7 +84,7 @@ def raw_kwokctl(name: str, minor: str, workdir: Path, nodes: bool) -> float:
 
 def ours(name: str, minor: str) -> tuple[float, float]:
     """Seconds for `up` to schedulable (nodes Ready, slices published) and for `down`, in this process."""
-    cluster = KwokCluster(name)
+    cluster = cluster_for("kwok", name)
     spec = ClusterSpec(name=name, k8s=minor, layout=load_layout(LAYOUT))
     started = time.monotonic()
     cluster.create(spec, force=True)
@@ -96,7 +98,7 @@ def ours_cli(name: str, minor: str) -> float:
     """Seconds for the `dra-testbed up` command a user runs: the same, plus Python's start-up and imports."""
     cli = [sys.executable, "-m", "testbed.cli"]
     started = time.monotonic()
-    subprocess.run([*cli, "up", "--name", name, "--k8s", minor, "--layout", str(LAYOUT)], check=True, capture_output=True)
+    run_child([*cli, "up", "--name", name, "--k8s", minor, "--layout", str(LAYOUT)], check=True, capture_output=True)
     elapsed = time.monotonic() - started
     subprocess.run([*cli, "down", "--name", name], check=True, capture_output=True)
     return elapsed

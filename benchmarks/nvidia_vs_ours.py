@@ -1,6 +1,6 @@
 """NVIDIA's gpu-kubelet-plugin against our driver on the same fake boards: time to slices, prepare latency.
 
-    DRA_TESTBED_NVIDIA_PLUGIN=/path/to/gpu-kubelet-plugin python benchmarks/nvidia_vs_ours.py [--nodes 3] [--iterations 10]
+    python benchmarks/nvidia_vs_ours.py [--nodes 3] [--iterations 10]   # the plugin found as testbed/drivers/nvidia/binary.py says
 
 Brings up a KWOK cluster (real apiserver and scheduler). Time to slices: from creating a KWOK node of
 8 x H100 in dynamic MIG until its whole pool is published, for nodes served by NVIDIA's plugin (hardware
@@ -32,7 +32,7 @@ from fake_gpus.driver.kubeletplugin.protos import load  # noqa: E402
 from fake_gpus.machine.provision import provision_node  # noqa: E402
 from prepare_latency import DRIVER, NAMESPACE, make_claims, measure, start_plugin, timed  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
-from testbed.clusters.kwok import KwokCluster  # noqa: E402
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.kwok.nodes import node_object  # noqa: E402
 from testbed.clusters.layout import NodeSpec, from_flags, parse_mode  # noqa: E402
 from testbed.drivers.nvidia import nodes, plugin  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> int:
         return 2
     load(args.k8s)
     root = Path(tempfile.mkdtemp(prefix="nvb-", dir="/tmp"))
-    cluster = KwokCluster(f"nv-bench-{uuid.uuid4().hex[:6]}")
+    cluster = cluster_for("kwok", f"nv-bench-{uuid.uuid4().hex[:6]}")
     ours_plugin: subprocess.Popen | None = None
     started: list[plugin.NodePlugin] = []
     try:

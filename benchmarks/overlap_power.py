@@ -37,11 +37,11 @@ os.environ.setdefault("DRA_TESTBED_HYPOTHESIS_PROFILE", "ci")
 from hypothesis import Phase, given, seed, settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 
-import suites.properties.conftest as props  # noqa: E402  (registers the profiles)
+import testbed.workloads.profiles as props  # noqa: E402  (registers the profiles)
 from fake_gpus.driver.faults import FAULTS_ENV, UNDERDECLARED, fault_env  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.driver import DriverSpec  # noqa: E402
-from testbed.clusters.kwok import KwokCluster  # noqa: E402
 from testbed.workloads.bundle import layout_yaml  # noqa: E402
 from testbed.workloads.machine import allocation_machine  # noqa: E402
 from testbed.workloads.overlap import overlap_sweep, overlap_sweep_cases, sweep_examples  # noqa: E402
@@ -135,7 +135,7 @@ def main() -> int:
     base = settings(profile, database=None)
     hunting = settings(base, phases=(Phase.explicit, Phase.generate, Phase.target))  # no shrinking: the catch is the finding
     layout = props.DYNAMIC_LAYOUT
-    cluster = KwokCluster(f"overlap-power-{uuid.uuid4().hex[:6]}")
+    cluster = cluster_for("kwok", f"overlap-power-{uuid.uuid4().hex[:6]}")
     result: dict = {"profile": "ci", "max_examples": profile.max_examples, "steps": profile.stateful_step_count,
                     "held_out": list(HELD_OUT), "faults": {}, "clean": []}
     try:

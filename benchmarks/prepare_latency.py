@@ -37,7 +37,7 @@ from fake_gpus.nvml.build import ensure_library  # noqa: E402
 from hostenv.processes import terminate  # noqa: E402
 from hostenv.versions import DEFAULT_MINOR  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
-from testbed.clusters.kwok import KwokCluster  # noqa: E402
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.layout import from_flags  # noqa: E402
 
 NODE = "bench-node-0"
@@ -107,7 +107,7 @@ def main() -> int:
     args = parser.parse_args()
     load(args.k8s)  # generate stubs before anything is timed
     root = Path(tempfile.mkdtemp(prefix="plg-bench-", dir="/tmp"))
-    cluster = KwokCluster(f"plg-bench-{uuid.uuid4().hex[:6]}")
+    cluster = cluster_for("kwok", f"plg-bench-{uuid.uuid4().hex[:6]}")
     plugin: subprocess.Popen | None = None
     try:
         kubeconfig = cluster.create(ClusterSpec(name=cluster.name, k8s=args.k8s, layout=from_flags([f"{NODE}=h100-80gb:1:whole"])))

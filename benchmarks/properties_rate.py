@@ -26,10 +26,10 @@ os.environ.setdefault("DRA_TESTBED_HYPOTHESIS_PROFILE", "ci")
 from hypothesis import settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 
-import suites.properties.conftest as props  # noqa: E402  (registers the profiles)
+import testbed.workloads.profiles as props  # noqa: E402  (registers the profiles)
 from testbed.workloads.machine import allocation_machine  # noqa: E402
 from testbed.clusters.base import ClusterSpec  # noqa: E402
-from testbed.clusters.kwok import KwokCluster  # noqa: E402
+from testbed.clusters.registry import cluster_for
 from testbed.workloads.bundle import layout_yaml  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def main() -> int:
 
     profile = settings.get_profile(args.profile)
     run_settings = settings(profile, database=None)
-    cluster = KwokCluster(f"prop-bench-{uuid.uuid4().hex[:6]}")
+    cluster = cluster_for("kwok", f"prop-bench-{uuid.uuid4().hex[:6]}")
     try:
         cluster.create(ClusterSpec(name=cluster.name, layout=props.WHOLE_LAYOUT))
         api = cluster.api_client()

@@ -38,6 +38,7 @@ from fake_gpus.machine import launch
 from hostenv.processes import stat_fields
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.base import ClusterSpec
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.kwok import KwokCluster, node_object
 from testbed.clusters.kwok import cluster as kwok_cluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
@@ -252,7 +253,7 @@ def save_component_heaps(cluster: KwokCluster, folder: Path | None) -> None:
 def run(count: int, fleet: str, k8s: str, pods: int, credentials: str = "node", profile: Path | None = None,
         stock: bool = False) -> dict:
     name = f"bench-{uuid.uuid4().hex[:6]}"
-    cluster = KwokCluster(name)
+    cluster = cluster_for("kwok", name)
     seed = Layout((NodeSpec("seed", "h100-80gb", 1, Mode("whole")),))
     try:
         # allow_large: the control plane gets the large-fleet settings (testbed/clusters/kwok/tuning.py)

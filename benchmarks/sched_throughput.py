@@ -53,8 +53,8 @@ from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import release_for
 from testbed.clusters.base import ClusterSpec
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.features import FEATURE_GATES
-from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.kubelet import process as standin
 from testbed.kube.namespaces import create_namespace
@@ -213,7 +213,7 @@ def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool, perf_gate
     """Throughput of the measured pods on a fresh KWOK bed, with the publisher running or stopped; with
     `perf_gates`, the control plane gets no gates beyond the release's defaults (as the workload's)."""
     name = f"tput-{uuid.uuid4().hex[:6]}"
-    cluster = KwokCluster(name)
+    cluster = cluster_for("kwok", name)
     layout = Layout(tuple(NodeSpec(f"gpu-{i:04d}", "h100-80gb", gpus, Mode("whole")) for i in range(nodes)))
     try:
         # the workload sets DynamicResourceAllocation only, on by default since 1.34: no gate of the bed's

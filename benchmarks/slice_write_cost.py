@@ -47,8 +47,8 @@ from fake_gpus.machine import launch
 from hostenv.dirs import cache_root
 from hostenv.versions import UnknownVersionError, release_for
 from testbed.clusters.base import ClusterError, ClusterSpec
+from testbed.clusters.registry import cluster_for
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT, POLICY_NAME, apply_identity
-from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, LayoutError, Mode, NodeSpec
 
 from publish_scale import background_rate, cpu_seconds  # the benchmark beside this one
@@ -179,7 +179,7 @@ def start_profile(admin, host: str, path: Path) -> threading.Thread:
 def run(k8s: str, board: str, pools: int, rounds: int, variants: list[str], profile: Path | None) -> dict[str, float]:
     encoder = Protobuf(release_for(k8s).staging) if "pb-node" in variants else None  # before the bed: fails sooner
     name = f"bench-{uuid.uuid4().hex[:6]}"
-    cluster = KwokCluster(name)
+    cluster = cluster_for("kwok", name)
     layout = Layout((NodeSpec("seed", board, 4 if board.startswith("gb200") else 8, Mode("dynamic-mig")),))
     per_slice: dict[str, list[float]] = {v: [] for v in variants}
     try:

@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+SHARED_ENV = "DRA_TESTBED_SHARED"
+
 
 def cache_root() -> Path:
     """The per-user cache directory: $DRA_TESTBED_CACHE, else $XDG_CACHE_HOME/dra-testbed, else ~/.cache/dra-testbed."""
@@ -23,6 +25,15 @@ def state_root() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "dra-testbed"
+
+
+def shared_inputs() -> Path:
+    """The folder of large test inputs kept beside the checkout, never in it (trace data, NVIDIA's reference
+    plugin): $DRA_TESTBED_SHARED, else `shared` next to the checkout this package was loaded from."""
+    explicit = os.environ.get(SHARED_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(__file__).resolve().parents[2] / "shared"
 
 
 def remove_tree(path: Path, empty_parents: int = 0) -> None:

@@ -6,9 +6,10 @@ import os
 import shutil
 
 from hostenv.dirs import cache_root
+from hostenv.errors import EnvironmentProblem
 
 
-class GoMissingError(RuntimeError):
+class GoMissingError(EnvironmentProblem):
     """The machine has no Go toolchain on PATH."""
 
 

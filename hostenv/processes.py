@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 AFTER_STOP_READ = 5.0  # seconds read_stopped reads a stopped group's last output
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+CHILD_CLEANUP = 180.0  # seconds run_child waits for an interrupted child's own cleanup (a bed's teardown takes 5-30)
 
 
 def alive(pid: int) -> bool:
@@ -173,12 +177,110 @@ def run_group(args: list[str], *, env: dict[str, str] | None = None, timeout: fl
               cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """subprocess.run with captured text output, in a process group of its own that is stopped whole
     on timeout or any exception (a launcher's helpers, such as kwokctl's kubectl probes, go with it)."""
-    proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = None
     try:
+        with interrupts_held():  # an interrupt right after the start must find `proc` set: the group is stopped
+            proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        stop_group(proc.pid)
-        read_stopped(proc)
+        if proc is not None:
+            stop_group(proc.pid)
+            read_stopped(proc)
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP that arrive during the block are held and delivered right after it, to
+    whatever handler was in place (Ctrl-C's KeyboardInterrupt, testbed.host.interrupts', the default).
+
+    For "start a process and record it" (its pid file, the variable a `finally` stops it by): an exception
+    raised between the two would leave the process running where no cleanup looks. The Python-level handlers
+    are swapped for the block's length rather than the signals blocked: a blocked mask is inherited across
+    fork and exec, and the process started would begin with these signals blocked. Off the main thread the
+    block runs as is: Python runs signal handlers, and so raises their exceptions, in the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in HELD_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler in (signal.SIG_IGN, None):  # ignored on purpose (nohup), or set outside Python: left as it is
+            continue
+        previous[signum] = signal.signal(signum, lambda received, _frame: arrived.append(received))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(arrived):  # once each, in the order they came: a repeat adds nothing
+            signal.raise_signal(signum)
+
+
+def run_child(args: list[str], *, capture_output: bool = False, text: bool = False, input: str | bytes | None = None,
+              timeout: float | None = None, check: bool = False, cleanup: float = CHILD_CLEANUP,
+              **popen: Any) -> subprocess.CompletedProcess:
+    """subprocess.run for a child that owns something it must clean up itself (`dra-testbed` bringing up a
+    bed, a pytest run with bed fixtures).
+
+    subprocess.run, interrupted, waits 0.25 s and SIGKILLs the child, which got the same Ctrl-C from the
+    terminal and is in the middle of its teardown: the clusters and publishers it started (in sessions of
+    their own) stay. Here an interrupt (KeyboardInterrupt, testbed.host.interrupts' Terminated, SystemExit)
+    waits up to `cleanup` seconds for the child to exit, reading its output meanwhile, then re-raises. A
+    SIGTERM or SIGHUP (Terminated carries its number) is passed on to the child, which a runner's `kill` or
+    `timeout` may not have reached; a Ctrl-C reaches the terminal's whole process group, the child included,
+    and is not sent twice. A timeout interrupts the child as Ctrl-C would (SIGINT) and waits the same way.
+    A child still running after `cleanup` seconds is killed, and the message says so."""
+    if capture_output:
+        popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        popen["stdin"] = subprocess.PIPE
+    proc = None
+    try:
+        with interrupts_held():
+            proc = subprocess.Popen(args, text=text, **popen)
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if proc is not None:
+            _let_it_clean_up(proc, signal.SIGINT, cleanup)
+        raise
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if proc is not None:
+            _let_it_clean_up(proc, getattr(exc, "signum", None), cleanup)
+        raise
+    except BaseException:
+        if proc is not None:  # our own failure (a pipe error): as subprocess.run does
+            proc.kill()
+            proc.wait()
+        raise
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, args, out, err)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _let_it_clean_up(proc: subprocess.Popen, forward: int | None, limit: float) -> None:
+    """Wait up to `limit` seconds for an interrupted `proc` to finish its cleanup and exit (sent `forward` first
+    when given), then kill it if it has not. A further interrupt while waiting (where no handler notes it, as
+    testbed.host.interrupts' does) stops the wait, not the child: it goes on with its cleanup."""
+    if forward is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(forward)
+    try:
+        proc.communicate(timeout=limit)  # its output still read: a full pipe must not stall its teardown
+    except subprocess.TimeoutExpired:
+        print(f"{_named(proc)} (pid {proc.pid}) had not finished its cleanup {limit:.0f}s after the "
+              "interrupt: killed; what it started may still run", file=sys.stderr, flush=True)
+        proc.kill()
+        proc.wait()
+    except KeyboardInterrupt:
+        print(f"no longer waiting for {_named(proc)} (pid {proc.pid}); it goes on with its cleanup",
+              file=sys.stderr, flush=True)
+
+
+def _named(proc: subprocess.Popen) -> str:
+    """The start of `proc`'s command line, enough to tell which child a message is about (`python -m testbed.cli up`)."""
+    words = [proc.args] if isinstance(proc.args, (str, bytes)) else list(proc.args)
+    return " ".join([Path(str(words[0])).name, *map(str, words[1:4])])

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hostenv.errors import BadInputError
+
 DEFAULT_MINOR = "1.34"
 
 
-class UnknownVersionError(ValueError):
+class UnknownVersionError(BadInputError):
     """A Kubernetes minor the test bed does not support."""
 
 

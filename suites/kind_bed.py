@@ -65,15 +65,14 @@ def kind_bed(request: pytest.FixtureRequest) -> Iterator[KindBed]:
     failed_before = request.session.testsfailed
     try:
         try:
-            with bed(from_flags(LAYOUT_FLAGS), name=CLUSTER_NAME, label=CLUSTER_LABEL, backend="kind") as testbed:
-                cluster = testbed.cluster
+            workload = ensure_workload_image()  # before the bed: a failed build leaves nothing running
+            with bed(from_flags(LAYOUT_FLAGS), name=CLUSTER_NAME, label=CLUSTER_LABEL, backend="kind", images=(workload,),
+                     workers_only=True, on_failure_logs=True) as testbed:
                 try:
-                    workload = ensure_workload_image()
-                    cluster.load_images(workload, workers_only=True)
-                    yield KindBed(cluster, testbed.api, workload)
+                    yield KindBed(testbed.cluster, testbed.api, workload)
                 finally:
                     if request.session.testsfailed > failed_before:
-                        cluster.export_logs()
+                        testbed.handle.failed = True  # its logs are exported before it goes
         except (ClusterError, HostDepsMissing, ImageBuildError, DockerError, RootfsError) as exc:
             # one line, raised once and shown for every kind test: no stack of errors for a missing package
             pytest.fail(f"kind test bed: {exc}", pytrace=False)

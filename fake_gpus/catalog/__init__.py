@@ -22,7 +22,10 @@ File layout (one mapping per board)::
       layouts: {name: {profile: count}}
       sources: {default | name: citation}
 
-Counts a public source did not give (some Blackwell rows) are ``None`` in the
+A board without MIG (T4, L4, L40S) lists no profiles (``gpu_instance_profiles: []``) and says
+``memory_slices: 0``; ``Board.mig_capable`` tells the two apart.
+
+Counts a public source did not give are ``None`` in the
 dataclasses: callers that need every number should check
 ``GpuInstanceProfile.complete`` or ``Board.unknown_facts()``.
 
@@ -74,6 +77,12 @@ BOARD_KEYS: tuple[str, ...] = (
     "h200-141gb",
     "b200-180gb",
     "gb200-186gb",
+    "a100-40gb",
+    "a100-80gb",
+    "a30-24gb",
+    "l4-24gb",
+    "l40s-48gb",
+    "t4-16gb",
 )
 BOARDS_DIR = Path(__file__).parent / "boards"
 

@@ -6,19 +6,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "GPUS_PER_NODE_MAX", "MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
+from hostenv.errors import BadInputError
+
+__all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "GPUS_PER_NODE_MAX", "MEMORY_SLICES", "MIG_MEMORY_SLICES", "NVIDIA_PCI_VENDOR", "PROVENANCE_CLASSES", "UNKNOWN",
            "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "ci_label", "provenance_class"]
 
-# Real MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8) and compute into 7: a board
-# file's memory_slices must say 8 (NVIDIA MIG User Guide, every supported GPU's profile table).
+# Most MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8) and compute into 7; the A30
+# splits both into 4 (NVIDIA MIG User Guide, each supported GPU's profile table). A board without MIG
+# (T4, L4, L40S) has no memory slices: its file says 0 and lists no profiles. COMPUTE_SLICES is the most
+# any board has; a board's own count is its largest profile's (Board.compute_slices).
 MEMORY_SLICES = 8
+MIG_MEMORY_SLICES = (4, 8)
 COMPUTE_SLICES = 7
 NVIDIA_PCI_VENDOR = 0x10DE
 # The most GPUs of one board a node holds: HGX/DGX baseboards carry 4 or 8 (H100/H200 datasheets, HGX and
 # DGX B200), H100 NVL servers 1-8 (its datasheet), a GB200 NVL72 compute tray 4: each board's cited
 # gpus_per_node. A board file saying more would let a layout ask for that many fake GPUs.
 GPUS_PER_NODE_MAX = 8
-ARCHITECTURES = {"hopper": 9, "blackwell": 10}  # NVML_DEVICE_ARCH_* (nvml.h)
+ARCHITECTURES = {"turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}  # NVML_DEVICE_ARCH_* (nvml.h)
 UNKNOWN = "unknown"
 DEFAULT_SOURCE = "default"
 # Every citation starts with its fact's class: "measured: " (real nvidia-smi/lspci output),
@@ -39,7 +44,7 @@ def provenance_class(citation: str) -> str:
     return head if head in PROVENANCE_CLASSES else UNKNOWN
 
 
-class CatalogError(ValueError):
+class CatalogError(BadInputError):
     """A board file is missing, malformed or inconsistent."""
 
 
@@ -96,7 +101,7 @@ class Board:
     memory_mib: int
     pci_device_id: int  # NVML pciDeviceId form: (device << 16) | 0x10DE
     pci_subsystem_id: int | None
-    architecture: str  # "hopper" | "blackwell"
+    architecture: str  # a key of ARCHITECTURES
     nvml_architecture: int  # NVML_DEVICE_ARCH_*
     brand: str  # lower-case brand name
     nvml_brand: int  # NVML_BRAND_*
@@ -109,7 +114,7 @@ class Board:
     encoders: int | None
     jpeg_engines: int | None
     ofa_engines: int | None
-    memory_slices: int  # 8
+    memory_slices: int  # 8, 4 (A30) or 0 (no MIG)
     gpus_per_node: int  # most GPUs of this board one node holds (HGX baseboard, NVL72 compute tray, PCIe server)
     gpu_instance_profiles: tuple[GpuInstanceProfile, ...]
     sources: Mapping[str, str]  # fact path -> citation
@@ -119,6 +124,16 @@ class Board:
     dra_architecture: str = ""
     # Named MIG layouts (e.g. gpu-operator's "all-balanced"): name -> {profile: count}.
     mig_layouts: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def mig_capable(self) -> bool:
+        """Whether the board has MIG at all (a T4, L4 or L40S has not: NVML answers its MIG calls NOT_SUPPORTED)."""
+        return bool(self.gpu_instance_profiles)
+
+    @property
+    def compute_slices(self) -> int:
+        """Compute slices of the whole GPU: the largest profile's (7, or 4 on an A30); 0 without MIG."""
+        return max((p.slice_count for p in self.gpu_instance_profiles), default=0)
 
     def unknown_facts(self) -> tuple[str, ...]:
         """Fact paths whose value no public source gave."""

@@ -21,7 +21,7 @@ from fake_gpus.catalog.model import (
     COMPUTE_SLICES,
     DEFAULT_SOURCE,
     GPUS_PER_NODE_MAX,
-    MEMORY_SLICES,
+    MIG_MEMORY_SLICES,
     NVIDIA_PCI_VENDOR,
     Board,
     CatalogError,
@@ -142,9 +142,12 @@ def _parse_gi(ctx: Ctx, index: int, raw: Any, board: Mapping[str, Any], sources:
                               instance_limit_reason=raw.get("instance_limit_reason"))
 
 
-def _check_board_facts(ctx: Ctx, raw: Mapping[str, Any]) -> None:
-    if raw["memory_slices"] != MEMORY_SLICES:
-        raise ctx.fail("memory_slices", f"is {raw['memory_slices']}", str(MEMORY_SLICES))
+def _check_board_facts(ctx: Ctx, raw: Mapping[str, Any], mig: bool) -> None:
+    # a MIG board splits memory into the eighths or quarters of its guide table; a board without MIG has none
+    if mig and raw["memory_slices"] not in MIG_MEMORY_SLICES:
+        raise ctx.fail("memory_slices", f"is {raw['memory_slices']}", " or ".join(map(str, MIG_MEMORY_SLICES)))
+    if not mig and raw["memory_slices"] != 0:
+        raise ctx.fail("memory_slices", f"is {raw['memory_slices']} on a board without MIG profiles", "0 (no MIG)")
     if not 1 <= raw["gpus_per_node"] <= GPUS_PER_NODE_MAX:
         raise ctx.fail("gpus_per_node", f"is {raw['gpus_per_node']}", f"1 to {GPUS_PER_NODE_MAX} (the most GPUs of one board any node holds)")
     arch = raw["architecture"]
@@ -188,7 +191,8 @@ def _parse_layouts(ctx: Ctx, raw: Any, gis: tuple[GpuInstanceProfile, ...], sour
                 raise ctx.fail(f"{key}.{prof}", f"is {n!r:.40}", f"1 to {names[prof].max_instances} (the profile's max_instances)")
         if not layout_fits(gis, counts, slices):
             raise ctx.fail(key, f"{counts} cannot be placed on one GPU",
-                           f"counts whose placements fit disjointly in {slices} memory slices and {COMPUTE_SLICES} compute slices")
+                           f"counts whose placements fit disjointly in {slices} memory slices and "
+                           f"{max(g.slice_count for g in gis)} compute slices")
         citation = srcs.get(name, srcs.get(DEFAULT_SOURCE))
         if not citation:
             raise ctx.fail(f"mig_layouts.sources.{name}", "has no citation", f"a citation under sources.{name} or sources.{DEFAULT_SOURCE}")
@@ -243,10 +247,13 @@ def load_board_file(file: Path) -> Board:
         raise ctx.fail("(top level)", f"has unknown keys {sorted(extra)}", ", ".join(sorted(_ALLOWED_TOP)))
     sources: dict[str, str] = {}
     collect_facts(ctx, "(board)", raw, BOARD_FIELDS, "", sources)
-    _check_board_facts(ctx, raw)
     gis_raw = raw.get("gpu_instance_profiles")
-    if not isinstance(gis_raw, list) or not gis_raw:
-        raise ctx.fail("gpu_instance_profiles", "is missing or empty", "a list of MIG GPU-instance profiles")
+    # an empty list is a board without MIG (T4, L4, L40S); the key itself is required so that no MIG board loses its profiles by omission
+    if not isinstance(gis_raw, list):
+        raise ctx.fail("gpu_instance_profiles", "is missing", "a list of MIG GPU-instance profiles, or [] for a board without MIG")
+    _check_board_facts(ctx, raw, bool(gis_raw))
+    if not gis_raw and raw.get("mig_layouts") is not None:
+        raise ctx.fail("mig_layouts", "is set on a board without MIG profiles", "omit it")
     gis = tuple(_parse_gi(ctx, i, gi, raw, sources) for i, gi in enumerate(gis_raw))
     unique(ctx, "gpu_instance_profiles", "name", [g.name for g in gis])
     unique(ctx, "gpu_instance_profiles", "id", [g.id for g in gis])

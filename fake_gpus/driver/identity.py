@@ -16,7 +16,7 @@ DEFAULT_DRIVER = "gpu.nvidia.com"
 DRIVER_ENV = "DRA_TESTBED_DRIVER_NAME"
 
 # NVML_DEVICE_ARCH_* and NVML_BRAND_* values (nvml.h) -> the strings NVIDIA's driver publishes.
-ARCHITECTURE_NAMES = {7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell"}
+ARCHITECTURE_NAMES = {5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell"}  # NVML_DEVICE_ARCH_* (nvml.h) as go-nvlib spells them
 BRAND_NAMES = {2: "Tesla", 14: "Nvidia"}
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from hostenv.processes import terminate
+from hostenv.processes import interrupts_held, terminate
 
 PID_FILE = "publisher.pid"
 READY_FILE = "publisher.ready"
@@ -35,11 +35,12 @@ def spawn_publisher(home: Path, kubeconfig: Path, env: dict[str, str] | None = N
     (home / READY_FILE).unlink(missing_ok=True)
     environment = {**os.environ, **(env or {})}
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), environment.get("PYTHONPATH", "")) if p)
-    with open(home / LOG_FILE, "ab") as log:
+    # held: a Ctrl-C between the start and the pid file would leave it running where stop_publisher never looks
+    with open(home / LOG_FILE, "ab") as log, interrupts_held():
         proc = subprocess.Popen([sys.executable, "-m", "fake_gpus.machine.kwok_publisher", "--config", str(home / "publisher.json")],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
                                 start_new_session=True)  # a Ctrl-C of `up` must not reach it half-way
-    (home / PID_FILE).write_text(f"{proc.pid}\n")
+        (home / PID_FILE).write_text(f"{proc.pid}\n")
     return proc
 
 

@@ -44,6 +44,14 @@ def parse_mode(text: str) -> Mode:
     raise ModeError(f"unknown mode {text!r}; valid modes: {', '.join(MODES)}")
 
 
+def check_mode_for_board(mode: Mode, board: str, mig_capable: bool) -> None:
+    """ModeError, one line naming the board, for a MIG mode on a board without MIG (a T4, L4 or L40S): real
+    NVML answers every MIG call on it NOT_SUPPORTED, so neither a static layout nor dynamic MIG can exist there.
+    The caller says whether the board has MIG (the catalog's fact; this module reads no board facts)."""
+    if mode.kind != "whole" and not mig_capable:
+        raise ModeError(f"mode {mode.kind} needs MIG, which board {board} does not have; valid mode for {board}: whole")
+
+
 @dataclass(frozen=True)
 class NodeHardware:
     """What a node carries: `count` GPUs of catalog board `board`, offered in `mode`."""

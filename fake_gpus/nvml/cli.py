@@ -60,21 +60,21 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `fake-nvml` command and its subcommands; each sets `func` to a handler returning an exit code."""
-    top = subparsers.add_parser("fake-nvml", help="the fake libnvidia-ml.so.1 and per-node GPU state",
-                                description="Fake NVML: a libnvidia-ml.so.1 backed by the board catalog and a state directory per node.")
-    sub = top.add_subparsers(dest="fake_nvml_command", required=True, metavar="{env,reset,build}")
+    top = sub.add_parser("fake-nvml", help="the fake libnvidia-ml.so.1 and per-node GPU state",
+                         description="Fake NVML: a libnvidia-ml.so.1 backed by the board catalog and a state directory per node.")
+    commands = top.add_subparsers(dest="fake_nvml_command", required=True, metavar="{env,reset,build}")
 
-    env = sub.add_parser("env", help="create a node's state dir and print the shell exports for NVML clients")
+    env = commands.add_parser("env", help="create a node's state dir and print the shell exports for NVML clients")
     env.add_argument("--gpus", action="append", required=True, metavar="BOARD:COUNT",
                      help="boards of the node, e.g. h100-80gb:8 (repeat for mixed nodes)")
     env.add_argument("--state-dir", required=True, metavar="DIR", help="the node's state directory (created if missing)")
     env.set_defaults(func=cmd_env)
 
-    reset = sub.add_parser("reset", help="destroy all MIG instances of a node and turn MIG off")
+    reset = commands.add_parser("reset", help="destroy all MIG instances of a node and turn MIG off")
     reset.add_argument("--state-dir", required=True, metavar="DIR")
     reset.set_defaults(func=cmd_reset)
 
-    build = sub.add_parser("build", help="build libnvidia-ml.so.1 (cached) and print its directory")
+    build = commands.add_parser("build", help="build libnvidia-ml.so.1 (cached) and print its directory")
     build.set_defaults(func=cmd_build)

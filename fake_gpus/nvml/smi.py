@@ -11,8 +11,20 @@ import sys
 import pynvml
 
 
+NO_MIG = "No MIG-supported devices found."  # the real tool's line on a node of T4, L4 or L40S, with exit 6
+EXIT_NO_MIG = 6
+
+
 def _devices() -> list:
     return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+
+
+def _has_mig(h) -> bool:
+    try:
+        pynvml.nvmlDeviceGetMigMode(h)
+    except pynvml.NVMLError_NotSupported:
+        return False
+    return True
 
 
 def _mig_devices(h) -> list:
@@ -84,6 +96,8 @@ def lgip() -> None:
     print(f"| {'':<24}{'Free/Total':>12}{'GiB':>10}{'':>6}{'CE':>6}{'':>23}|")
     print("|" + "=" * 78 + "|")
     for i, h in enumerate(_devices()):
+        if not _has_mig(h):
+            continue  # the real tool lists MIG GPUs only
         for p in _gi_profiles(h):
             try:
                 free = pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(h, p.id)
@@ -98,6 +112,8 @@ def lgip() -> None:
 
 def lgipp() -> None:
     for i, h in enumerate(_devices()):
+        if not _has_mig(h):
+            continue  # the real tool lists MIG GPUs only
         for p in _gi_profiles(h):
             count = ctypes.c_uint(0)
             pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, p.id, None, ctypes.byref(count))
@@ -225,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"DRIVER version           : {pynvml.nvmlSystemGetDriverVersion()}")
         elif args.provenance:
             return provenance(None if args.provenance == "all" else args.provenance)
+        elif args.command == "mig" and not any(_has_mig(h) for h in _devices()):
+            print(NO_MIG)
+            return EXIT_NO_MIG
         elif args.command == "mig":
             {"lgip": lgip, "lgipp": lgipp, "lgi": lgi, "lci": lci}[next(k for k in ("lgipp", "lgip", "lgi", "lci") if getattr(args, k))]()
         elif args.list_gpus:

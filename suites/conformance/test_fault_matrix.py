@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from hostenv.processes import run_child
 from suites.conformance.conftest import matrix_faults
 from testbed.clusters.layout import load_layout
 from testbed.cli.conformance import DEFAULT_LAYOUT
@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 def _through_the_cli(k8s: str, report: Path) -> list[Outcome]:
     """The no-fault row runs as a vendor would: `dra-testbed conformance`, then its report is read."""
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "conformance", "--backend", "kwok", "--k8s", k8s,
-                          "--driver", "gpu.nvidia.com", "--report", str(report)], capture_output=True, text=True, timeout=1200)
+    run = run_child([sys.executable, "-m", "testbed.cli", "conformance", "--backend", "kwok", "--k8s", k8s,
+                     "--driver-name", "gpu.nvidia.com", "--report", str(report)], capture_output=True, text=True, timeout=1200)
     results = json.loads((report / "results.json").read_text())
     # node-side MUSTs cannot run on KWOK: incomplete, never a pass
     assert (run.returncode, results["verdict"]) == (3, "incomplete"), run.stderr[-3000:]

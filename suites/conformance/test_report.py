@@ -17,7 +17,7 @@ from testbed.conformance.report import RunInfo, write_report
 from testbed.conformance.verdict import EXIT_CODES, exit_code, verdict
 
 INFO = RunInfo(driver="gpu.nvidia.com", backend="kwok", profile="all", kubernetes="v1.34.4", driver_digest="sha256:abc",
-               seeds={"hypothesis": "6", "derandomize": True}, command="dra-testbed conformance --driver gpu.nvidia.com")
+               seeds={"hypothesis": "6", "derandomize": True}, command="dra-testbed conformance --driver-name gpu.nvidia.com")
 
 
 def _outcome(root: Path, check_id: str, verdict_: str, message: str = "") -> Outcome:

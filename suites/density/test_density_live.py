@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hostenv.processes import run_child
 from testbed.density.mapping import compute_size
 
 DATA = Path(__file__).with_name("data")
@@ -20,7 +21,7 @@ MODES = "whole,static-mig:all-balanced,dynamic-mig"
 
 
 def density(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "density", *args], capture_output=True, text=True, timeout=900)
+    return run_child([sys.executable, "-m", "testbed.cli", "density", *args], capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 
 import pytest
 
+from hostenv.processes import run_child
 from testbed.clusters.kwok import KwokCluster
 
 
@@ -23,8 +23,8 @@ from testbed.clusters.kwok import KwokCluster
 def test_unknown_mode_or_layout_is_one_line_exit_2_and_starts_nothing(node: str, expected: str) -> None:
     name = f"drv-{uuid.uuid4().hex[:8]}"
     try:
-        up = subprocess.run([sys.executable, "-m", "testbed.cli", "up", "--name", name, "--node", node],
-                            capture_output=True, text=True, env=dict(os.environ), timeout=300)
+        up = run_child([sys.executable, "-m", "testbed.cli", "up", "--name", name, "--node", node],
+                       capture_output=True, text=True, env=dict(os.environ), timeout=300)
         assert up.returncode == 2, up.stderr
         lines = up.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], up.stderr

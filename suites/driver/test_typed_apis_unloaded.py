@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -19,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver import rest
 from fake_gpus.driver.audit import REPORT_ENV
+from hostenv.processes import run_child
 from testbed.clusters.kwok import KwokCluster
 
 pytestmark = pytest.mark.cluster
@@ -38,8 +38,8 @@ def test_up_and_its_publisher_load_no_typed_api_but_version(tmp_path: Path) -> N
     reports = tmp_path / "modules"
     try:
         # setup: `up` as the command runs it, the publisher reporting its modules on SIGUSR1
-        out = subprocess.run([sys.executable, "-c", UP, name], capture_output=True, text=True, timeout=600, cwd=REPO,
-                             env=dict(os.environ, **{REPORT_ENV: str(reports)}))
+        out = run_child([sys.executable, "-c", UP, name], capture_output=True, text=True, timeout=600, cwd=REPO,
+                        env=dict(os.environ, **{REPORT_ENV: str(reports)}))
         assert out.returncode == 0, out.stderr[-2000:]
         up = json.loads(out.stdout.strip().splitlines()[-1])
         assert up["code"] == 0
@@ -63,7 +63,7 @@ def test_up_and_its_publisher_load_no_typed_api_but_version(tmp_path: Path) -> N
         finally:
             api.close()
     finally:
-        subprocess.run([sys.executable, "-m", "testbed.cli", "down", "--name", name], capture_output=True, timeout=300, cwd=REPO)
+        run_child([sys.executable, "-m", "testbed.cli", "down", "--name", name], capture_output=True, timeout=300, cwd=REPO)
     # assess: the command's own process and the publisher's (which published both nodes with their tokens)
     assert set(up["apis"]) <= CHEAP, up["apis"]
     assert set(publisher["client_apis"]) <= CHEAP, publisher["client_apis"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostenv.processes import alive
+from hostenv.processes import alive, run_child
 from testbed.clusters.kwok import KwokCluster
 
 pytestmark = pytest.mark.cluster
@@ -20,8 +20,8 @@ H100_NODE = "gpu-0=h100-80gb:2:whole"
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return run_child([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                     env={**os.environ, **(env or {})}, timeout=300)
 
 
 def listening(port: int) -> bool:
@@ -100,7 +100,7 @@ def test_busy_port_is_refused_before_anything_starts(cluster_name: str) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("--node", "n=a100-40gb:8:whole"), "unknown board 'a100-40gb'; valid boards: h100-80gb, h100-nvl-94gb"),
+        (("--node", "n=v100-16gb:8:whole"), "unknown board 'v100-16gb'; valid boards: h100-80gb, h100-nvl-94gb"),
         (("--node", "n=h100-80gb:8:shared"), "unknown mode 'shared'; valid modes: whole, static-mig:<layout>, dynamic-mig"),
         (("--node", "n=h100-80gb:9:whole"), "count 9 is out of range; valid: 1 to 8"),
         (("--node", H100_NODE, "--k8s", "1.29"), "unknown Kubernetes minor '1.29'; valid: 1.34, 1.35, 1.36, 1.37"),

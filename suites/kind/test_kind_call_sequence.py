@@ -66,7 +66,7 @@ def kind_recording(kind_bed) -> Recording:
 @pytest.fixture(scope="module")
 def kwok_recording(bed) -> Recording:
     """The scenarios on a KWOK bed of the same node, its plugin started by the stand-in with the call log on."""
-    from testbed.clusters.kwok.driver import plugin_dir
+    from testbed.drivers.ours.kwok import plugin_dir
 
     layout = from_flags([f"{NODE}=h100-80gb:1:dynamic-mig"])
     with bed(layout, DriverSpec(env={CALL_LOG_ENV: LOG}), backend="kwok", label="seq") as kwok:

@@ -22,6 +22,7 @@ import pytest
 from fake_gpus.driver.identity import parse_device_name
 from fake_gpus.nvml.state import validate_state_dir
 from suites.kind_bed import KindBed
+from suites.nvidia.conftest import required_plugin
 from suites.kind.pods import (H100, allocated_device, claim_template, delete_pod, gpu_instances, gpu_pod, placement_of, run_pod,
                               scratch_namespace)
 from testbed.kube.waiting import wait_for
@@ -29,7 +30,6 @@ from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import DriverSpec
 from testbed.drivers.nvidia.kind import NAME as CHART, NVIDIA_NAMESPACE
 from testbed.clusters.layout import from_flags
-from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 from testbed.drivers.nvidia.classes import DRIVER
 
 pytestmark = [pytest.mark.kind, pytest.mark.slow]
@@ -43,15 +43,15 @@ PROFILES = {"1g.10gb": 19, "3g.40gb": 9}  # H100 80GB profile ids (nvidia-smi mi
 def test_an_image_not_in_the_engine_is_refused_before_a_cluster_is_made(command, tmp_path) -> None:
     """`--driver nvidia --driver-image IMAGE` on kind: an image the local engine lacks is bad input (one
     line, exit 2) found before any node container exists, for `up` and for `conformance` alike."""
-    import subprocess
     import sys
 
+    from hostenv.processes import run_child
     from testbed.clusters.registry import cluster_for
 
     name = "nvkind-absent"
     args = {"up": ["up", "--node", "x=h100-80gb:1"], "conformance": ["conformance", "--report", str(tmp_path / "r")]}[command]
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", *args, "--backend", "kind", "--name", name, "--driver", "nvidia",
-                          "--driver-image", "dra-testbed/absent-plugin:0"], capture_output=True, text=True, timeout=600)
+    run = run_child([sys.executable, "-m", "testbed.cli", *args, "--backend", "kind", "--name", name, "--driver", "nvidia",
+                     "--driver-image", "dra-testbed/absent-plugin:0"], capture_output=True, text=True, timeout=600)
     errors = [line for line in run.stderr.splitlines() if line.startswith("dra-testbed: error: ")]
     assert run.returncode == 2 and len(errors) == 1, run.stderr  # progress lines (the engine starting) may come before it
     assert "image 'dra-testbed/absent-plugin:0' is not in the local Docker engine" in errors[0], run.stderr
@@ -60,15 +60,12 @@ def test_an_image_not_in_the_engine_is_refused_before_a_cluster_is_made(command,
 
 @pytest.fixture(scope="module")
 def nvidia_kind(bed, request) -> Iterator[KindBed]:
-    """A kind cluster of its own (never the shared suite's name) running NVIDIA's plugin from $DRA_TESTBED_NVIDIA_PLUGIN."""
+    """A kind cluster of its own (never the shared suite's name) running NVIDIA's plugin (found by its lookup)."""
     from testbed.clusters.kind.images.driver_image import ensure_workload_image
 
+    binary = required_plugin(request.config)
     try:
-        binary = plugin_binary()
-    except PluginNotFound as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        with bed(from_flags(LAYOUT), DriverSpec("binary", DRIVER, path=str(binary)), label="nvkind-e2e", backend="kind",
+        with bed(from_flags(LAYOUT), DriverSpec("nvidia", DRIVER, path=str(binary)), label="nvkind-e2e", backend="kind",
                  attempts=2) as tb:  # a loaded machine has been seen to time kind out waiting for systemd
             workload = ensure_workload_image()
             tb.cluster.load_images(workload, workers_only=True)

@@ -1,7 +1,9 @@
 """Fixtures for the suites that run NVIDIA's own gpu-kubelet-plugin on the fake boards.
 
-The binary comes from $DRA_TESTBED_NVIDIA_PLUGIN (CI sets it to ../shared/vendor/...); without it
-these tests fail with one line saying how to provide it, never skip.
+The binary is found as testbed/drivers/nvidia/binary.py says (the explicit variable, the cache, the reference
+binary beside the checkout, a build of the pinned commit); where none is found these tests fail with one
+line saying how to provide it, never skip, in CI or not. suites/kind and suites/properties use
+`required_plugin` too.
 """
 
 from __future__ import annotations
@@ -15,18 +17,37 @@ from typing import Callable, Iterator
 
 import pytest
 
+from hostenv.dirs import SHARED_ENV
 from testbed.clusters.layout import NodeSpec, parse_mode
 from testbed.drivers.nvidia import nodes, plugin
-from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
+from testbed.drivers.nvidia.binary import PLUGIN_ENV, PluginNotFound, find_plugin
 from testbed.pytest.plugin import TestBed
+from testbed.toolchain.download import OFFLINE_ENV
+
+
+def required_plugin(config: pytest.Config) -> Path:
+    """NVIDIA's plugin, with where it came from written to the terminal; the lookup's one line as a failure
+    (an error in a fixture) where there is none: a missing test input is never a skip."""
+    try:
+        found = find_plugin()
+    except PluginNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+    reporter, capture = (config.pluginmanager.get_plugin(name) for name in ("terminalreporter", "capturemanager"))
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # past the capture of the fixture's output, onto the terminal
+            reporter.write_line(f"NVIDIA's gpu-kubelet-plugin: {found}")
+    return found.path
+
+
+def plugin_absent_env(empty: Path) -> dict[str, str]:
+    """Variables under which the lookup finds nothing and tries no network: no variable, `empty` (a folder
+    with nothing in it) as the cache and the shared inputs, offline. For checks of the one-line refusal."""
+    return {PLUGIN_ENV: "", SHARED_ENV: str(empty), "DRA_TESTBED_CACHE": str(empty), OFFLINE_ENV: "1"}
 
 
 @pytest.fixture(scope="session")
-def nvidia_binary() -> Path:
-    try:
-        return plugin_binary()
-    except PluginNotFound as exc:
-        pytest.fail(str(exc), pytrace=False)
+def nvidia_binary(request: pytest.FixtureRequest) -> Path:
+    return required_plugin(request.config)
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from fake_gpus.nvml.build import ensure_library
 from hostenv.processes import terminate
 from testbed.kube.cdi_view import container_view, read_specs
 from testbed.clusters.driver import DriverSpec
-from testbed.clusters.kwok.driver import OurDriver, remove_plugin_dirs
+from testbed.drivers.ours.kwok import OurDriver, remove_plugin_dirs
 from testbed.clusters.layout import NodeSpec, parse_mode
 from testbed.kubelet.standin import StandInKubelet
 from testbed.drivers.nvidia import plugin

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from suites.nvidia.conftest import plugin_absent_env
 from testbed.cli.main import main
 from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.drivers.nvidia.plugin import DRIVER
@@ -65,8 +66,9 @@ def test_up_with_nvidias_driver_prepares_pods_and_down_cleans_up(nvidia_binary, 
     assert not any(name in line for line in Path("/proc/self/mounts").read_text().splitlines())
 
 
-def test_up_with_nvidia_and_no_binary_is_one_line(monkeypatch, capsys) -> None:
-    monkeypatch.delenv("DRA_TESTBED_NVIDIA_PLUGIN", raising=False)
+def test_up_with_nvidia_and_no_binary_is_one_line(monkeypatch, capsys, tmp_path) -> None:
+    for name, value in plugin_absent_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
     assert main(["up", "--name", "never", "--driver", "nvidia", "--node", "n=h100-80gb:1:whole"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "DRA_TESTBED_NVIDIA_PLUGIN" in err[0] and "--driver-binary" in err[0]

@@ -131,6 +131,11 @@ def test_nvidia_smi_shows_what_nvml_shows(board, tmp_path, run_client, client_en
     csv = smi("--query-gpu=name,memory.total", "--format=csv").splitlines()
     assert csv[0] == "name, memory.total [MiB]" and csv[1] == f"{view['gpus'][0]['name']}, {view['gpus'][0]['total']} MiB"
 
+    if not get_board(board).mig_capable:  # what the real tool says on a node of T4, L4 or L40S, with exit 6
+        for flag in ("-lgip", "-lgipp", "-lgi", "-lci"):
+            done = _smi(nvml_lib_dir, client_env, d, "mig", flag, check=False)
+            assert (done.returncode, done.stdout, done.stderr) == (6, "No MIG-supported devices found.\n", ""), flag
+        return
     lgi = [line.split() for line in smi("mig", "-lgi").splitlines() if re.match(r"\|\s+\d+\s+MIG ", line)]
     assert [(int(r[1]), int(r[4]), int(r[5]), r[6]) for r in lgi] == \
         [(i, gi[0], gi[1], f"{gi[2]}:{gi[3]}") for i, g in enumerate(view["gpus"]) for gi in g["gis"]]

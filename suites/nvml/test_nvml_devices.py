@@ -43,7 +43,11 @@ def test_catalog_facts_through_nvml(make_node, key):
         assert pynvml.nvmlDeviceGetArchitecture(h) == board.nvml_architecture
         assert pynvml.nvmlDeviceGetBrand(h) == board.nvml_brand
         assert tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h)) == tuple(board.cuda_compute_capability)
-        assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
+        if board.mig_capable:
+            assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
+        else:  # a T4, L4 or L40S has no MIG: real NVML answers its mode NOT_SUPPORTED
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                pynvml.nvmlDeviceGetMigMode(h)
         assert pynvml.nvmlDeviceIsMigDeviceHandle(h).value == 0  # pynvml hands back the c_uint
         # Lookups by UUID and PCI bus id (full and short form) return the same handle.
         assert ctypes.addressof(pynvml.nvmlDeviceGetHandleByUUID(rec.uuid).contents) == ctypes.addressof(h.contents)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +14,7 @@ from kubernetes import client
 
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.faults import FAULTS_ENV
+from hostenv.processes import run_child
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.kwok import KwokCluster
@@ -115,9 +115,9 @@ def test_a_cel_error_refuses_the_set_and_applies_nothing(hopper_bed: HopperBed) 
 
 @pytest.mark.slow
 def test_compare_shows_the_100gi_pod_scheduled_once_b200s_are_added(request) -> None:
-    out = subprocess.run([sys.executable, "-m", "testbed.cli", "try", str(EXAMPLES), "--fleet", "h100-only",
-                          "--compare", "h100-b200-gb200", "--k8s", request.config.option.k8s, "-o", "json"],
-                         capture_output=True, text=True, timeout=600)
+    out = run_child([sys.executable, "-m", "testbed.cli", "try", str(EXAMPLES), "--fleet", "h100-only",
+                     "--compare", "h100-b200-gb200", "--k8s", request.config.option.k8s, "-o", "json"],
+                    capture_output=True, text=True, timeout=600)
     assert out.returncode == 1, out.stderr  # train-100gi stays pending on the Hopper fleet
     report = json.loads(out.stdout)
     rows = {r["pod"]: r for r in report["compare"]}

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli.try_cmd import cluster_spec, resolve_fleet
-from testbed.clusters.driver import DriverSpec, DriverSpecError
-from testbed.clusters.kwok.driver import kwok_driver
+from hostenv.processes import run_child
+from suites.nvidia.conftest import plugin_absent_env
+from testbed.cli.main import build_parser
+from testbed.cli.try_cmd import bed_name, cluster_spec, driver_spec, resolve_fleet
+from testbed.clusters.driver import DriverSpec
 from testbed.drivers.nvidia.binary import PLUGIN_ENV
 from testbed.outcomes.manifests import ManifestError, load
 
@@ -19,8 +21,8 @@ from .conftest import EXAMPLES, H100_ONLY
 
 
 def _try(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "try", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return run_child([sys.executable, "-m", "testbed.cli", "try", *args], capture_output=True, text=True, timeout=120,
+                     env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("args, message", [
@@ -37,8 +39,8 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
 
 
 def test_documents_without_kind_or_name_are_refused(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {generateName: x-}\n")
-    with pytest.raises(ManifestError, match=r"a.yaml:1: Pod without metadata.name"):
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {labels: {a: b}}\n")
+    with pytest.raises(ManifestError, match=r"a.yaml:1: Pod without metadata.name or metadata.generateName"):
         load([tmp_path])
     (tmp_path / "a.yaml").write_text("just: text\n")
     with pytest.raises(ManifestError, match="not a Kubernetes object"):
@@ -65,24 +67,19 @@ def test_fleet_by_name_or_path() -> None:
 
 def test_driver_flag_goes_through_the_seam_or_says_it_is_missing(tmp_path: Path) -> None:
     layout = resolve_fleet("h100-only")
-    assert cluster_spec("x", "1.34", layout, "ours").driver.kind == "ours"  # a DriverSpec through the seam
+    assert cluster_spec("x", "1.34", layout, DriverSpec()).driver.driver == "ours"  # a DriverSpec through the seam
     # without NVIDIA's binary: one line naming how to give it, exit 2, before anything starts
-    out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia", env={PLUGIN_ENV: ""})
+    out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia", env=plugin_absent_env(tmp_path / "no-plugin"))
     assert out.returncode == 2 and PLUGIN_ENV in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    # with a binary: a DriverSpec of kind binary if the KWOK backend runs one, else its one-line refusal
+    # with a binary: NVIDIA's driver from it, which KWOK runs as a process per node
     plugin = tmp_path / "gpu-kubelet-plugin"
     plugin.write_text("#!/bin/sh\nexit 1\n")
     plugin.chmod(0o755)
-    os.environ[PLUGIN_ENV], saved = str(plugin), os.environ.get(PLUGIN_ENV)
-    try:
-        try:
-            kwok_driver(DriverSpec("binary", path=str(plugin)))
-        except DriverSpecError:
-            out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia")
-            assert out.returncode == 2 and "cannot run a driver of kind 'binary'" in out.stderr
-            assert len(out.stderr.strip().splitlines()) == 1
-        else:
-            spec = cluster_spec("x", "1.34", layout, "nvidia").driver
-            assert (spec.kind, spec.path) == ("binary", str(plugin.resolve()))
-    finally:
-        os.environ.pop(PLUGIN_ENV) if saved is None else os.environ.__setitem__(PLUGIN_ENV, saved)
+    args = build_parser().parse_args(["try", str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia", "--driver-binary", str(plugin)])
+    spec = driver_spec(args)
+    assert (spec.driver, spec.path) == ("nvidia", str(plugin.resolve()))
+    assert bed_name(layout, "1.34", spec).endswith("-nvidia")
+    # an image: KWOK cannot run one, refused in one line, exit 2
+    out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia", "--driver-image", "vendor/plugin:v1")
+    assert out.returncode == 2 and "kwok backend cannot run driver 'nvidia' from 'image'" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

@@ -13,7 +13,6 @@ fleet and driver it came up with (testbed.workloads.evolution_bed), so none depe
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from typing import Iterator
 
@@ -24,6 +23,7 @@ from kubernetes import client
 from fake_gpus.driver.faults import fault_env
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.node import parse_mode
+from hostenv.processes import run_child
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.kubelet.process import plugin_pid
@@ -146,8 +146,8 @@ def test_evolution_family_catches_its_fault(family: str, evolution_bed, tmp_path
         machine.evo.runner.close()  # the fault stays on: the next test's reset rolls it off
     if family == "switch-mode":
         # the bundle replays on a fresh KWOK cluster (the fault switched on by a driver update) and still fails
-        replay = subprocess.run([sys.executable, "-m", "testbed.cli", "replay", str(tmp_path / "bundle")],
-                                capture_output=True, text=True, timeout=900)
+        replay = run_child([sys.executable, "-m", "testbed.cli", "replay", str(tmp_path / "bundle")],
+                           capture_output=True, text=True, timeout=900)
         assert replay.returncode == 1, replay.stderr[-2000:]
         assert "still failing" in replay.stderr and words in replay.stderr, replay.stderr[-2000:]
 

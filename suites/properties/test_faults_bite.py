@@ -8,7 +8,6 @@ must exit 1 because the bundle records the fault.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from fake_gpus.catalog import get_board
 from fake_gpus.driver.faults import FAULTS_ENV, fault_env
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.slices import WRONG_MEMORY_FACTOR
+from hostenv.processes import run_child
 from suites.properties.conftest import FAULT_LAYOUT, bring_up
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 from testbed.workloads.corpus import GIB, VRAM_CASES, churn_cases
@@ -69,7 +69,7 @@ def test_property_fails_with_fault(fault: str, request, tmp_path) -> None:
         next(bed_iter, None)  # tear the cluster down
     if fault == "short-placement":
         # the bundle replays on a fresh cluster with the recorded fault and still fails
-        replay = subprocess.run([sys.executable, "-m", "testbed.cli", "replay", str(bundle)], capture_output=True, text=True, timeout=600)
+        replay = run_child([sys.executable, "-m", "testbed.cli", "replay", str(bundle)], capture_output=True, text=True, timeout=600)
         assert replay.returncode == 1, replay.stderr[-2000:]
         assert "still failing" in replay.stderr
 

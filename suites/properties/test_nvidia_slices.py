@@ -4,7 +4,7 @@ against the reference model over the slices NVIDIA's driver published.
 
 In `nox -s tests` a smoke (SMOKE settings: a few short examples on one bed); with
 $DRA_TESTBED_NVIDIA_PROPERTIES=full (`nox -s properties_nvidia`) the Hypothesis profile's own settings.
-The binary comes from $DRA_TESTBED_NVIDIA_PLUGIN; without it these fail in one line, never skip.
+The binary is found as testbed/drivers/nvidia/binary.py says; without one these fail in one line, never skip.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
+from suites.nvidia.conftest import required_plugin
 from suites.properties.conftest import PropertyBed, bring_up, bundle_dir
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, Mode, NodeSpec
-from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 from testbed.workloads.machine import allocation_machine
 from testbed.workloads.scenarios import partition_churn, partition_churn_cases, partitionable_nodes
 from testbed.workloads.upstream import all_in_later_alternative_works
@@ -41,12 +41,9 @@ NVIDIA_LAYOUT = Layout((
 
 @pytest.fixture(scope="module")
 def nvidia_bed(request: pytest.FixtureRequest) -> Iterator[PropertyBed]:
-    try:
-        binary = plugin_binary()
-    except PluginNotFound as exc:
-        pytest.fail(str(exc), pytrace=False)
+    binary = required_plugin(request.config)
     # twice: on a loaded machine the controller-manager has been seen to give up on a slow apiserver at start
-    yield from bring_up(request, NVIDIA_LAYOUT, "nvidia", driver=DriverSpec("binary", path=str(binary)), attempts=2)
+    yield from bring_up(request, NVIDIA_LAYOUT, "nvidia", driver=DriverSpec("nvidia", path=str(binary)), attempts=2)
 
 
 @pytest.fixture(scope="module")

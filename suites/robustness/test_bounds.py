@@ -4,13 +4,13 @@ started) unless --allow-large says so; no layout expands past the hard limit at 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from hostenv.processes import run_child
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kind.cluster import MAX_WORKERS, KindCluster
 from testbed.clusters.kwok.cluster import MAX_GPUS, MAX_NODES, KwokCluster
@@ -60,9 +60,9 @@ def test_backends_refuse_oversized_layouts_before_starting_anything(tmp_path: Pa
 def test_up_with_a_huge_layout_is_one_line_exit_2_and_starts_nothing(tmp_path: Path) -> None:
     state = tmp_path / "state"
     for replicas, extra in ((100_000, []), (MAX_NODES + 1, []), (HARD_MAX_NODES + 1, ["--allow-large"])):
-        out = subprocess.run([sys.executable, "-m", "testbed.cli", "up", "--name", "big", "--layout",
-                              str(layout_file(tmp_path, replicas, 1)), *extra], capture_output=True, text=True,
-                             env=dict(os.environ, DRA_TESTBED_STATE=str(state)), timeout=120)
+        out = run_child([sys.executable, "-m", "testbed.cli", "up", "--name", "big", "--layout",
+                         str(layout_file(tmp_path, replicas, 1)), *extra], capture_output=True, text=True,
+                        env=dict(os.environ, DRA_TESTBED_STATE=str(state)), timeout=120)
         assert out.returncode == 2, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and "valid" in out.stderr, out.stderr
         assert not state.exists()

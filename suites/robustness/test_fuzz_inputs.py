@@ -278,9 +278,9 @@ def cli_bases(folder: Path) -> dict[str, list[list[str]]]:
         "fake-nvml": [["fake-nvml", "env", "--gpus", "h100-80gb:2", "--gpus", "b200-180gb:1", "--state-dir", nvml],
                       ["fake-nvml", "env", "--gpus", "h100-nvl-94gb:8", "--state-dir", nvml]],
         "image": [["image", "build", "--k8s", "1.34", "--node-only"], ["image", "build", "--offline"], ["image", "stop-engine"]],
-        "conformance": [["conformance", "--driver", "gpu.nvidia.com", "--layout", layout, "--k8s", "1.34",
+        "conformance": [["conformance", "--driver-name", "gpu.nvidia.com", "--layout", layout, "--k8s", "1.34",
                          "--report", report, "--faults", "prepare-fails"],
-                        ["conformance", "--driver", "gpu.nvidia.com", "--profile", "mig", "--report", report]],
+                        ["conformance", "--driver-name", "gpu.nvidia.com", "--profile", "mig", "--report", report]],
     }
     return bases
 

@@ -33,6 +33,8 @@ LAYERS = (
     "testbed.kube",  # Kubernetes API helpers: retries, views, namespaces, drains, watches, CDI view, slice diff
     "testbed.kubelet",  # the stand-in kubelet of KWOK nodes
     "testbed.clusters",  # the cluster interface, layouts, driver specs and the driver registry, feature gates
+    "testbed.clusters.kind.nodes",  # what a kind node carries: labels, mounts, fake-NVML paths
+    "testbed.clusters.kwok.nodes",  # a KWOK Node object
     "testbed.clusters.kind.images",  # kind's images built offline
     "testbed.clusters.kwok.driver",  # what a driver implements to run on KWOK
     "testbed.clusters.kind.driver",  # what a driver implements to run on kind
@@ -41,6 +43,7 @@ LAYERS = (
     "testbed.clusters.kind",  # the kind backend
     "testbed.clusters.existing",  # a cluster someone else runs
     "testbed.clusters.registry",  # backend name -> cluster
+    "testbed.beds",  # one test bed's life cycle: reuse or create, retries, images, logs, teardown
     "testbed.workloads",  # generated workloads, the oracle, replay
     "testbed.outcomes",  # will these manifests schedule: `try`
     "testbed.density",  # trace replay and the density report
@@ -152,6 +155,21 @@ def all_edges(root: Path) -> list[Edge]:
     return edges
 
 
+def test_imports(root: Path) -> list[Edge]:
+    """Imports of a test module (suites, a conftest) by a benchmark: what benchmarks and tests share belongs in the
+    library, where the layers judge it."""
+    found = []
+    for file in sorted((root / "benchmarks").rglob("*.py")):
+        tree = ast.parse(file.read_text(), str(file))
+        rel, source = str(file.relative_to(root)), _module_name(root, file)
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [Edge(source, n, rel, node.lineno, "import") for n in names
+                      if n.split(".")[0] == "suites" or n.split(".")[-1] == "conftest"]
+    return found
+
+
 def upward(edges: list[Edge]) -> list[Edge]:
     """Edges from a component to one above it (or to a component outside the layers)."""
     rank = {layer: i for i, layer in enumerate(LAYERS)}
@@ -210,7 +228,8 @@ def main(argv: list[str]) -> int:
     graph = component_graph(edges)
     for layer in LAYERS:
         print(f"{layer:18} -> {', '.join(sorted(graph[layer])) or '(nothing of ours)'}")
-    problems = [("upward", e) for e in upward(edges)] + [("driver reads catalog", e) for e in catalog_reads(edges)]
+    problems = [("upward", e) for e in upward(edges)] + [("driver reads catalog", e) for e in catalog_reads(edges)] + \
+        [("benchmark imports a test module", e) for e in test_imports(root)]
     for what, e in problems:
         print(f"VIOLATION {what}: {e.file}:{e.line} {e.source} -> {e.target} ({e.how})")
     for cycle in cycles(graph):

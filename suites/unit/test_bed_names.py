@@ -22,6 +22,13 @@ class _Recorder:
     def __init__(self, name: str) -> None:
         self.name, self.backend = name, "kwok"
 
+    def exists(self) -> bool:
+        return False
+
+    def create(self, spec, force: bool = False) -> str:
+        _Recorder.made.append(self.name)
+        return "kubeconfig"
+
     def status(self):
         return SimpleNamespace(running=False)
 
@@ -36,7 +43,6 @@ class _Recorder:
 def factory(monkeypatch):
     _Recorder.made = []
     monkeypatch.setattr(pytest_plugin, "cluster_for", lambda backend, name: _Recorder(name))
-    monkeypatch.setattr(pytest_plugin, "_create", lambda cluster, spec, attempts: _Recorder.made.append(cluster.name) or "kubeconfig")
 
     def make(**options) -> BedFactory:
         opts = dict(keep_cluster=False, reuse_cluster=False, backend="kwok", k8s="1.34") | options

@@ -38,12 +38,45 @@ MIG_PARTED_BALANCED = {
 }
 MIG_PARTED_DEVICE_FILTER = {
     "h100-80gb": 0x233010DE, "h100-nvl-94gb": 0x232110DE, "h200-141gb": 0x233510DE, B200: 0x290110DE, GB200: 0x294110DE,
+    "a100-40gb": 0x20B010DE, "a100-80gb": 0x20B210DE, "a30-24gb": 0x20B710DE,
 }
+# Boards without MIG are in no mig-parted config: their ids are the `nvidia-smi -q` "Device Id" lines the files cite
+# (L40S: the PCI ID repository's 10de:26b9).
+DEVICE_ID_CAPTURED = {"l4-24gb": 0x27B810DE, "t4-16gb": 0x1EB810DE, "l40s-48gb": 0x26B910DE}
 
-# PCI subsystem ids in the public `nvidia-smi -q` / `lspci -nn` captures the board files cite.
+# PCI subsystem ids in the public `nvidia-smi -q` / `lspci -nn` captures the board files cite (None: no capture found).
 PCI_SUBSYSTEM = {
     "h100-80gb": 0x16C110DE, "h100-nvl-94gb": 0x183910DE, "h200-141gb": 0x18BE10DE, B200: 0x199910DE, GB200: 0x204610DE,
+    "a100-40gb": None, "a100-80gb": None, "a30-24gb": None, "l4-24gb": 0x16CA10DE, "t4-16gb": 0x12A210DE, "l40s-48gb": None,
 }
+# The only facts a board may leave unknown (null, source "unknown"): a subsystem id no capture showed, and the
+# whole-GPU engine counts of a board without MIG (NVML reports engines per MIG profile only).
+MAY_BE_UNKNOWN = {"pci_subsystem_id", "copy_engines", "decoders", "encoders", "jpeg_engines", "ofa_engines"}
+
+# Real `nvidia-smi mig -lgip` of the Ampere boards as the files cite them:
+# name: (ID, GiB as printed, SM, DEC, ENC, CE, JPEG, OFA, instances). A100 80GB's 1g.20gb is not in its 515-driver capture.
+AMPERE_LGIP = {
+    "a100-40gb": {
+        "1g.5gb": (19, "4.75", 14, 0, 0, 1, 0, 0, 7), "1g.5gb+me": (20, "4.75", 14, 1, 0, 1, 1, 1, 1),
+        "1g.10gb": (15, "9.62", 14, 1, 0, 1, 0, 0, 4), "2g.10gb": (14, "9.62", 28, 1, 0, 2, 0, 0, 3),
+        "3g.20gb": (9, "19.50", 42, 2, 0, 3, 0, 0, 2), "4g.20gb": (5, "19.50", 56, 2, 0, 4, 0, 0, 1),
+        "7g.40gb": (0, "39.25", 98, 5, 0, 7, 1, 1, 1),
+    },
+    "a100-80gb": {
+        "1g.10gb": (19, "9.50", 14, 0, 0, 1, 0, 0, 7), "1g.10gb+me": (20, "9.50", 14, 1, 0, 1, 1, 1, 1),
+        "2g.20gb": (14, "19.50", 28, 1, 0, 2, 0, 0, 3), "3g.40gb": (9, "39.25", 42, 2, 0, 3, 0, 0, 2),
+        "4g.40gb": (5, "39.25", 56, 2, 0, 4, 0, 0, 1), "7g.80gb": (0, "79.00", 98, 5, 0, 7, 1, 1, 1),
+    },
+    "a30-24gb": {
+        "1g.6gb": (14, "5.81", 14, 1, 0, 1, 0, 0, 4), "1g.6gb+me": (21, "5.81", 14, 1, 0, 1, 1, 1, 1),
+        "2g.12gb": (5, "11.69", 28, 2, 0, 2, 0, 0, 2), "2g.12gb+me": (6, "11.69", 28, 2, 0, 2, 1, 1, 1),
+        "4g.24gb": (0, "23.44", 56, 4, 0, 4, 1, 1, 1),
+    },
+}
+LGIP_FIELDS = ("id", "memory_mib", "multiprocessors", "decoders", "encoders", "copy_engines", "jpeg_engines", "ofa_engines", "max_instances")
+# NVIDIA/mig-parted's default config: all-balanced per PCI device id of the Ampere boards.
+AMPERE_BALANCED = {"a100-40gb": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}, "a100-80gb": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+                   "a30-24gb": {"1g.6gb": 2, "2g.12gb": 1}}
 
 # Real `nvidia-smi mig -lgip` of the Hopper boards, GiB as printed, for the 4- and 8-memory-slice rows.
 HOPPER_BIG_ROWS_GIB = {
@@ -53,6 +86,7 @@ HOPPER_BIG_ROWS_GIB = {
 }
 HOPPER = tuple(HOPPER_BIG_ROWS_GIB)
 BLACKWELL = (B200, GB200)
+MIG_BOARDS = tuple(k for k in BOARD_KEYS if get_board(k).mig_capable)
 
 # The derivation rules the Blackwell 3g/4g/7g rows state (board memory share by memory slices).
 MEMORY_SHARE = {4: 0.4953, 8: 0.995}
@@ -96,8 +130,8 @@ def test_every_fact_has_a_class_and_a_source(key: str) -> None:
     by_class = b.facts_by_class()
     assert set(by_class) == {*PROVENANCE_CLASSES, "unknown"}
     assert sum(len(v) for v in by_class.values()) == len(b.sources)
-    assert by_class["unknown"] == ()
-    for path in b.sources:
+    assert set(by_class["unknown"]) <= MAY_BE_UNKNOWN
+    for path in set(b.sources) - set(by_class["unknown"]):
         cls, text = b.provenance(path)
         assert cls in PROVENANCE_CLASSES and len(text) > 10, (path, text)
 
@@ -161,9 +195,51 @@ def test_blackwell_names_and_instances_match_gke_and_mig_parted(key: str) -> Non
 @pytest.mark.parametrize("key", BOARD_KEYS)
 def test_pci_ids_match_the_captures(key: str) -> None:
     b = get_board(key)
-    assert b.pci_device_id == MIG_PARTED_DEVICE_FILTER[key]
+    assert b.pci_device_id == {**MIG_PARTED_DEVICE_FILTER, **DEVICE_ID_CAPTURED}[key]
     assert b.pci_subsystem_id == PCI_SUBSYSTEM[key]
-    assert _cls(b, "pci_subsystem_id") == "measured"
+    assert _cls(b, "pci_subsystem_id") == ("measured" if PCI_SUBSYSTEM[key] else "unknown")
+
+
+def _mib_of_printed(printed: str) -> int:
+    """The rule the Ampere files state: -lgip GiB to the nearest 1/16 GiB (64 MiB)."""
+    return round(float(printed) * 16) * 64
+
+
+@pytest.mark.parametrize("key", list(AMPERE_LGIP))
+def test_ampere_rows_are_the_real_lgip(key: str) -> None:
+    b = get_board(key)
+    for name, row in AMPERE_LGIP[key].items():
+        p = b.profile(name)
+        got = tuple(getattr(p, f) for f in LGIP_FIELDS)
+        assert got == (row[0], _mib_of_printed(row[1]), *row[2:]), name
+        assert _cls(b, _gi_path(name, "multiprocessors")) == "measured", name
+        assert _cls(b, _gi_path(name, "memory_mib")) == "derived", name
+    assert dict(b.mig_layouts["all-balanced"]) == AMPERE_BALANCED[key]
+
+
+def test_a100_80gb_1g_20gb_is_the_40gb_1g_10gb_row_with_double_memory() -> None:
+    """The one derived row: the A100 40GB's real 1g.10gb (ID 15) over this board's 2-memory-slice memory."""
+    big, small = get_board("a100-80gb"), get_board("a100-40gb")
+    p, model = big.profile("1g.20gb"), small.profile("1g.10gb")
+    same = ("id", "nvml_profile", "slice_count", "memory_slices", "multiprocessors", "decoders", "encoders", "copy_engines",
+            "jpeg_engines", "ofa_engines", "max_instances", "placements")
+    assert tuple(getattr(p, f) for f in same) == tuple(getattr(model, f) for f in same)
+    assert p.memory_mib == big.profile("2g.20gb").memory_mib
+    assert _cls(big, _gi_path("1g.20gb", "multiprocessors")) == "derived"
+
+
+def test_a30_placements_are_every_aligned_start_of_four_slices() -> None:
+    b = get_board("a30-24gb")
+    for p in b.gpu_instance_profiles:
+        assert p.placements == tuple(range(0, b.memory_slices, p.memory_slices)), p.name
+        assert _cls(b, _gi_path(p.name, "placements")) == "derived", p.name
+
+
+@pytest.mark.parametrize("key", ("a100-40gb", "a100-80gb"))
+def test_a100_placements_are_those_of_h100(key: str) -> None:
+    h100 = {p.id: (p.memory_slices, p.placements) for p in get_board("h100-80gb").gpu_instance_profiles}
+    for p in get_board(key).gpu_instance_profiles:
+        assert (p.memory_slices, p.placements) == h100[p.id], p.name
 
 
 # --------------------------------------------------------------------------- #
@@ -194,23 +270,23 @@ def test_blackwell_big_rows_are_derived_by_their_rules(key: str) -> None:
     assert expected_sms[3] + expected_sms[4] <= b.multiprocessors
 
 
-@pytest.mark.parametrize("key", BOARD_KEYS)
+@pytest.mark.parametrize("key", (*HOPPER, *BLACKWELL))
 def test_media_engines_are_one_per_compute_slice_on_every_row(key: str) -> None:
-    """The rule the derived DEC/JPEG counts use holds on every measured row of every board."""
+    """The rule the derived Blackwell DEC/JPEG counts use holds on every measured Hopper and Blackwell row (not on Ampere's)."""
     for p in get_board(key).gpu_instance_profiles:
         assert p.decoders == p.jpeg_engines == p.slice_count, p.name
 
 
-@pytest.mark.parametrize("key", BOARD_KEYS)
+@pytest.mark.parametrize("key", MIG_BOARDS)
 def test_whole_gpu_engines_are_the_7g_row(key: str) -> None:
     b = get_board(key)
-    full = _plain(b)[7]
+    full = _plain(b)[b.compute_slices]
     for fact in ("copy_engines", "decoders", "encoders", "jpeg_engines", "ofa_engines"):
         assert getattr(b, fact) == getattr(full, fact), fact
         assert _cls(b, fact) in ("derived", "published"), fact
 
 
-@pytest.mark.parametrize("key", BOARD_KEYS)
+@pytest.mark.parametrize("key", MIG_BOARDS)
 def test_partial_compute_instances_have_the_sms_of_the_same_size_gpu_instance(key: str) -> None:
     b = get_board(key)
     plain = _plain(b)
@@ -220,7 +296,7 @@ def test_partial_compute_instances_have_the_sms_of_the_same_size_gpu_instance(ke
                 assert ci.multiprocessors == plain[ci.slice_count].multiprocessors, ci.name
 
 
-@pytest.mark.parametrize("key", BOARD_KEYS)
+@pytest.mark.parametrize("key", (*HOPPER, *BLACKWELL))
 def test_double_memory_1g_offers_a_1g_and_its_own_compute_instance(key: str) -> None:
     """1g.20gb and its kin: the default CI (ID 7) with the GI's SMs, and the plain 1-slice CI (ID 0) with the 1g's SMs."""
     b = get_board(key)

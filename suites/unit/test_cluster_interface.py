@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import uuid
 
 import pytest
 
 from fake_gpus.driver.faults import fault_env
+from hostenv.processes import run_child
 from testbed.clusters.base import ClusterSpec, spec_mismatch, spec_record
 from testbed.clusters.driver import DriverSpec, DriverSpecError, parse_driver
 from testbed.clusters.kind.driver import kind_driver
@@ -19,49 +19,52 @@ from testbed.clusters.registry import BACKENDS, backend_class, cluster_for
 LAYOUT = from_flags(["n0=h100-80gb:1:whole"])
 
 
-def test_driver_spec_names_what_each_kind_needs(tmp_path) -> None:
-    with pytest.raises(DriverSpecError, match="valid: ours, binary, image"):
-        DriverSpec("vendor")
+def test_driver_spec_names_what_each_way_needs(tmp_path) -> None:
+    with pytest.raises(DriverSpecError, match="unknown driver 'vendor'; valid: ours, nvidia"):
+        DriverSpec("vendor").implementation("kwok")
     with pytest.raises(DriverSpecError, match="needs the path"):
-        DriverSpec("binary")
+        DriverSpec("nvidia", path="")
     with pytest.raises(DriverSpecError, match="needs an image"):
-        DriverSpec("image")
-    with pytest.raises(DriverSpecError, match="only a driver of kind 'binary' takes a path"):
-        DriverSpec("ours", path="/bin/true")
+        DriverSpec("nvidia", image=" ")
+    with pytest.raises(DriverSpecError, match="either a binary or an image"):
+        DriverSpec("nvidia", path="/bin/true", image="vendor/plugin:v1")
     plugin = tmp_path / "gpu-kubelet-plugin"
     plugin.write_text("#!/bin/sh\n")
-    assert parse_driver(f"binary:{plugin}").path == str(plugin)
-    assert parse_driver("image:vendor/plugin:v1").image == "vendor/plugin:v1"
+    plugin.chmod(0o755)
+    assert parse_driver("nvidia", binary=str(plugin)).path == str(plugin)
+    assert parse_driver("nvidia", image="vendor/plugin:v1").image == "vendor/plugin:v1"
     assert parse_driver("ours", "gpu.example.com").process_env() == {"DRA_TESTBED_DRIVER_NAME": "gpu.example.com"}
-    with pytest.raises(DriverSpecError, match="is not a file"):
-        parse_driver(f"binary:{tmp_path / 'missing'}")
+    with pytest.raises(DriverSpecError, match="is not an executable file"):
+        parse_driver("nvidia", binary=str(tmp_path / "missing"))
+    with pytest.raises(DriverSpecError, match="--driver-binary does not go with driver 'ours'; it goes with: nvidia"):
+        parse_driver("ours", binary=str(plugin))
 
 
 @pytest.mark.parametrize("choose", [kwok_driver, kind_driver])
-def test_backends_refuse_driver_kinds_they_cannot_run_in_one_line(choose, tmp_path) -> None:
-    assert choose(DriverSpec()).spec.kind == "ours"
+def test_backends_refuse_drivers_they_cannot_run_in_one_line(choose, tmp_path) -> None:
+    assert choose(DriverSpec()).spec.way == "ours"
     plugin = tmp_path / "plugin"
     plugin.write_text("")
-    # KWOK runs a kubelet-plugin binary as a process per node (testbed/drivers/nvidia); kind runs a binary or an
-    # image as NVIDIA's chart deploys it (testbed/drivers/nvidia/kind.py)
-    assert choose(DriverSpec("binary", path=str(plugin))).spec.kind == "binary"
-    unsupported = [DriverSpec("image", image="vendor/plugin:v1")] if choose is kwok_driver else []
+    # KWOK runs a kubelet-plugin binary as a process per node (testbed/drivers/nvidia/kwok.py); kind runs a binary or
+    # an image as NVIDIA's chart deploys it (testbed/drivers/nvidia/kind.py)
+    assert choose(DriverSpec("nvidia", path=str(plugin))).spec.way == "binary"
+    unsupported = [DriverSpec("nvidia", image="vendor/plugin:v1")] if choose is kwok_driver else []
     if choose is kind_driver:
-        assert choose(DriverSpec("image", image="vendor/plugin:v1")).spec.kind == "image"
+        assert choose(DriverSpec("nvidia", image="vendor/plugin:v1")).spec.way == "image"
     for driver in unsupported:
         with pytest.raises(DriverSpecError) as refused:
             choose(driver)
-        assert "\n" not in str(refused.value) and f"kind {driver.kind!r}" in str(refused.value) and "valid here: ours" in str(refused.value)
+        assert "\n" not in str(refused.value) and "driver 'nvidia' from 'image'" in str(refused.value) and "valid here: binary" in str(refused.value)
 
 
 def test_up_with_an_unsupported_driver_exits_2_before_anything_starts(tmp_path) -> None:
     name = f"drvseam-{uuid.uuid4().hex[:6]}"
     plugin = tmp_path / "plugin"
     plugin.write_text("")
-    out = subprocess.run([sys.executable, "-m", "testbed.cli", "up", "--name", name, "--node", "n=h100-80gb:1:whole",
-                          "--driver", "image:vendor/plugin:v1"], capture_output=True, text=True, timeout=120)
+    out = run_child([sys.executable, "-m", "testbed.cli", "up", "--name", name, "--node", "n=h100-80gb:1:whole",
+                     "--driver", "nvidia", "--driver-image", "vendor/plugin:v1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().count("\n") == 0 and "kwok backend cannot run a driver of kind 'image'" in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "kwok backend cannot run driver 'nvidia' from 'image'" in out.stderr
     assert not cluster_for("kwok", name).exists()
 
 
@@ -71,7 +74,7 @@ def test_every_backend_implements_the_whole_interface() -> None:
         cluster = backend_class(backend)("iface")  # abstract methods left out would make this raise
         assert cluster.backend == backend
     assert cluster_for("existing", "x", "/nonexistent").backend == "existing"
-    out = subprocess.run([sys.executable, "-m", "testbed.cli", "status", "--backend", "nope"], capture_output=True, text=True, timeout=60)
+    out = run_child([sys.executable, "-m", "testbed.cli", "status", "--backend", "nope"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "'kwok', 'kind'" in out.stderr
 
 

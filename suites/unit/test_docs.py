@@ -250,15 +250,15 @@ def test_readme_has_the_two_commands() -> None:
 
 
 def test_cli_reference_is_current() -> None:
-    from testbed.cli_reference import DOC, render
+    from testbed.cli.reference import DOC, render
 
-    assert DOC.is_file(), "docs/reference/cli.md is missing: run `python -m testbed.cli_reference`"
-    assert DOC.read_text() == render(), "docs/reference/cli.md is stale: run `python -m testbed.cli_reference`"
+    assert DOC.is_file(), "docs/reference/cli.md is missing: run `python -m testbed.cli.reference`"
+    assert DOC.read_text() == render(), "docs/reference/cli.md is stale: run `python -m testbed.cli.reference`"
 
 
 def test_cli_reference_sees_a_new_subcommand(monkeypatch: pytest.MonkeyPatch) -> None:
     import testbed.cli
-    from testbed.cli_reference import render
+    from testbed.cli.reference import render
 
     before = render()
     original = testbed.cli.build_parser
@@ -277,7 +277,7 @@ def test_cli_reference_sees_a_new_subcommand(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_cli_reference_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    import testbed.cli_reference as ref
+    import testbed.cli.reference as ref
 
     monkeypatch.setattr(ref, "DOC", tmp_path / "docs" / "reference" / "cli.md")
     assert ref.main(["--check"]) == 1
@@ -378,7 +378,7 @@ def test_checker_on_samples() -> None:
     assert check(["nox", "-s", "no-such-session"]) is not None
     assert check(["pytest", "suites/unit"]) is None
     assert check(["pytest", "suites/no-such-suite"]) is not None
-    assert check(["python", "-m", "testbed.cli_reference"]) is None
+    assert check(["python", "-m", "testbed.cli.reference"]) is None
     assert check(["python", "-m", "no_such_module_here"]) is not None
     assert check(["python", "benchmarks/nvml_latency.py", "--seconds", "1"]) is None
     assert check(["python", "benchmarks/nvml_latency.py", "--no-such-flag"]) is not None

@@ -1,4 +1,4 @@
-"""Our plugins' socket directories (testbed.clusters.kwok.driver) live in the shared temporary directory, outside
+"""Our plugins' socket directories (testbed.drivers.ours.kwok) live in the shared temporary directory, outside
 the cluster's home: removing a node's must not leave the cluster's socket root behind, empty, in /tmp."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.clusters.kwok.driver import plugin_dir, remove_plugin_dirs, remove_socket_root, socket_root
+from testbed.drivers.ours.kwok import plugin_dir, remove_plugin_dirs, remove_socket_root, socket_root
 
 
 @pytest.fixture

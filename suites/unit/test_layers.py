@@ -84,6 +84,33 @@ def test_cycle_is_found(tree: Path):
     assert ["fake_gpus.driver", "fake_gpus.nvml", "fake_gpus.driver"] in import_graph.cycles(graph)
 
 
+def test_every_testbed_subpackage_is_a_layer_of_its_own():
+    # a new subpackage must take its place in the order: inside another's layer its imports would go unjudged
+    packages = sorted(f"testbed.{d.name}" for d in (REPO / "testbed").iterdir() if (d / "__init__.py").is_file())
+    assert len(packages) > 10
+    assert [p for p in packages if p not in import_graph.LAYERS] == []
+
+
+@pytest.mark.parametrize("module, code", [
+    ("testbed.kube.waiting", "def late():\n    from testbed.workloads import runner\n"),  # an import inside a function
+    ("testbed.clusters.layout", "import testbed.drivers.ours\n"),  # the backends' interface reaching a driver
+    ("testbed.workloads.evolution", "from testbed.conformance import checks\n"),  # sideways up, as evolution once did
+])
+def test_testbed_layers_catch_a_planted_upward_import(tree: Path, module: str, code: str):
+    _plant(tree, module, code)
+    assert [e.source for e in import_graph.upward(import_graph.all_edges(tree))] == [module]
+
+
+def test_benchmarks_import_no_test_module():
+    assert import_graph.test_imports(REPO) == []
+
+
+def test_a_benchmark_importing_a_test_module_is_caught(tmp_path: Path):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "bench.py").write_text("def main():\n    import suites.properties.conftest as props\n")
+    assert [f"{e.file}:{e.line}" for e in import_graph.test_imports(tmp_path)] == ["benchmarks/bench.py:2"]
+
+
 def test_graph_script_reports_clean_tree():
     out = subprocess.run([sys.executable, str(Path(import_graph.__file__)), str(REPO)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout

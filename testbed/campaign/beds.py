@@ -9,7 +9,8 @@ from typing import Iterator
 
 from fake_gpus.driver.faults import fault_env
 from testbed.campaign.session import Session, kwok_session
-from testbed.clusters.base import ClusterSpec, ClusterStartError
+from testbed.beds import bed_session
+from testbed.clusters.base import ClusterSpec
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout
 from testbed.clusters.registry import cluster_for
@@ -24,14 +25,8 @@ def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str,
     cluster = cluster_for(backend, f"campaign-{name}"[:40].rstrip("-"))
     spec = ClusterSpec(name=cluster.name, k8s=k8s, layout=layout, driver=DriverSpec(env=fault_env(faults)),
                        restart_backoff_max=restart_backoff_max)
-    try:
-        cluster.create(spec, force=True)
-    except ClusterStartError as exc:  # a loaded machine has been seen to lose a component during `up`: once more
-        # (only then: a refusal before anything started -- a host without docker, a node image that does not
-        # build -- fails the same way again)
-        print(f"campaign: retrying {backend} cluster {cluster.name} after: {exc}")
-        cluster.create(spec, force=True)
-    try:
+    # two tries: a loaded machine has been seen to lose a component during `up` (a refusal is not tried again)
+    with bed_session(spec, cluster, attempts=2, logs_to=logs_to / cluster.name if logs_to is not None else None, client=None):
         if backend == "kwok":
             with kwok_session(cluster, layout, faults, label=name, **campaign_args) as session:
                 yield session
@@ -40,14 +35,3 @@ def campaign_cluster(backend: str, layout: Layout, faults: list[str], name: str,
 
             with kind_session(cluster, layout, faults, label=name, **campaign_args) as session:
                 yield session
-        if logs_to is not None:
-            _export_logs(cluster, logs_to / cluster.name)
-    finally:
-        cluster.delete()
-
-
-def _export_logs(cluster, folder: Path) -> None:
-    try:
-        print(f"campaign: logs of {cluster.name} in {cluster.export_logs(folder)}")
-    except Exception as exc:  # noqa: BLE001 - the logs are evidence, not the verdict: a failed export must not replace it
-        print(f"campaign: could not export the logs of {cluster.name}: {type(exc).__name__}: {exc}")

@@ -16,7 +16,7 @@ from fake_gpus.driver.kubeletplugin.server import CHECKPOINT
 from testbed.campaign.audit import NodeState, cdi_uids, read_checkpoint, read_instances
 from testbed.campaign.probes import all_of, ready_file_probe, url_probe
 from testbed.campaign.supervisor import Unit
-from testbed.clusters.kwok.driver import plugin_dir as kwok_plugin_dir
+from testbed.drivers.ours.kwok import plugin_dir as kwok_plugin_dir
 from testbed.clusters.layout import Layout
 from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.process import KUBELET_PID, ON_DEMAND_DIR
@@ -32,7 +32,7 @@ class KwokTarget:
     def __init__(self, home: Path, kwok_dir: Path, layout: Layout, driver: str) -> None:
         self.home, self.kwok_dir, self.layout, self.driver = home, kwok_dir, layout, driver
 
-    # --- per node paths (as testbed.clusters.kwok.driver lays them out) ---
+    # --- per node paths (as testbed.drivers.ours.kwok lays them out) ---
 
     def plugin_dir(self, node: str) -> Path:
         return kwok_plugin_dir(self.home, node)

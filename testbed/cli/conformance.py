@@ -15,13 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from hostenv.versions import DEFAULT_MINOR
+from testbed.cli.arguments import cluster_name, minor
+from testbed.cli.driver_option import add_driver_options, driver_from_args
+from testbed.clusters.registry import BACKENDS
 from testbed.conformance.checks import PROFILES, select
+from testbed.clusters.driver import OURS
 from testbed.errors import BadInputError
 from testbed.conformance.verdict import exit_code, verdict
 
 DEFAULT_LAYOUT = Path(__file__).resolve().parents[2] / "clusters" / "conformance" / "kwok-gpu-fleet.yaml"
 DEFAULT_KIND_LAYOUT = DEFAULT_LAYOUT.with_name("kind-gpu.yaml")
-DRIVER_KINDS = ("ours", "nvidia")  # --driver words that name an implementation, not a DRA driver name
 DEFAULT_REPORT = "conformance-report"
 
 
@@ -31,25 +35,19 @@ class ConformanceUsageError(BadInputError):
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `conformance` to the `dra-testbed` command."""
-    from testbed.cli.main import BACKENDS, _minor
-    from hostenv.versions import DEFAULT_MINOR
-
     p = sub.add_parser("conformance", help="run the DRA GPU driver conformance suite and write its report (exit 0: every MUST passed)")
     p.add_argument("--kubeconfig", help="run against this existing cluster (changes nothing beyond a namespace of its own)")
     p.add_argument("--backend", choices=BACKENDS, help="bring up a test bed of this backend (default: kwok)")
     p.add_argument("--layout", help="GPU nodes of the test bed, or those expected on --kubeconfig "
                                     f"(default: {DEFAULT_LAYOUT.name} on kwok, {DEFAULT_KIND_LAYOUT.name} on kind)")
-    p.add_argument("--k8s", type=_minor, default=DEFAULT_MINOR, help=f"Kubernetes minor of the test bed (default {DEFAULT_MINOR})")
-    p.add_argument("--driver", required=True, help="the driver under test: its DRA name (e.g. gpu.nvidia.com: ours on a test bed, "
-                                                     "whatever runs on --kubeconfig), `ours`, or `nvidia` (NVIDIA's gpu-kubelet-plugin)")
-    p.add_argument("--driver-binary", help="the driver's kubelet plugin binary to run on the test bed (with --driver nvidia: "
-                                           "NVIDIA's gpu-kubelet-plugin; default $DRA_TESTBED_NVIDIA_PLUGIN)")
-    p.add_argument("--driver-image", help="the driver's container image to run on a kind test bed")
+    p.add_argument("--k8s", type=minor, default=DEFAULT_MINOR, help=f"Kubernetes minor of the test bed (default {DEFAULT_MINOR})")
+    add_driver_options(p, what="the driver under test on the test bed (on --kubeconfig: whatever runs there, "
+                               "named by --driver-name)")
     p.add_argument("--profile", choices=[*PROFILES, "all"], default="all", help="which checks (default: all)")
     p.add_argument("--report", default=DEFAULT_REPORT, help=f"report directory (default: {DEFAULT_REPORT})")
     p.add_argument("--faults", default="", help="fault switches of dra-testbed's own driver, comma-separated (see fake_gpus/driver/faults.py)")
     p.add_argument("--keep-cluster", action="store_true", help="leave the test bed running afterwards")
-    p.add_argument("--name", help="kind: the test bed's cluster name (default: a fresh conf-kind-*); a running bed of that "
+    p.add_argument("--name", type=cluster_name, help="kind: the test bed's cluster name (default: a fresh conf-kind-*); a running bed of that "
                                   "name with the same minor, layout and driver is reused and left as found")
     p.set_defaults(func=cmd_conformance)
 
@@ -60,16 +58,13 @@ def _validate(args: argparse.Namespace):
 
     if args.kubeconfig and args.backend:
         raise ConformanceUsageError("give either --kubeconfig FILE (an existing cluster) or --backend (a test bed of its own), not both")
-    if args.driver_binary and args.driver_image:
-        raise ConformanceUsageError("give either --driver-binary PATH or --driver-image IMAGE, not both")
     if args.name and args.backend != "kind":
         raise ConformanceUsageError("--name names a kind test bed: it goes with --backend kind")
-    if args.kubeconfig and (args.driver_binary or args.driver_image or args.faults):
-        raise ConformanceUsageError("--driver-binary, --driver-image and --faults need a test bed (--backend), not --kubeconfig")
+    if args.kubeconfig and (args.driver_binary or args.driver_image or args.faults or args.driver != OURS):
+        raise ConformanceUsageError("--driver, --driver-binary, --driver-image and --faults need a test bed (--backend), not "
+                                    "--kubeconfig (the driver running there is named by --driver-name)")
     if args.kubeconfig and not Path(args.kubeconfig).is_file():
         raise ConformanceUsageError(f"no kubeconfig at {args.kubeconfig}")
-    if args.driver_binary and not Path(args.driver_binary).is_file():
-        raise ConformanceUsageError(f"no driver binary at {args.driver_binary}")
     try:
         faults = parse_faults(args.faults)
     except UnknownFaultError as exc:
@@ -80,24 +75,13 @@ def _validate(args: argparse.Namespace):
 
 
 def _driver_spec(args: argparse.Namespace, faults: frozenset[str]):
-    """The driver a test bed runs: ours (with the fault switches), a vendor's binary, or a vendor's image."""
+    """The driver a test bed runs, from the --driver options; ours takes the fault switches."""
     from fake_gpus.driver.faults import fault_env
-    from fake_gpus.driver.identity import DEFAULT_DRIVER
-    from testbed.clusters.driver import DriverSpec, DriverSpecError
-    from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 
-    name = DEFAULT_DRIVER if args.driver in DRIVER_KINDS else args.driver
-    theirs = args.driver == "nvidia" or args.driver_binary or args.driver_image
-    if theirs and faults:
-        raise ConformanceUsageError("--faults switches dra-testbed's own driver on; leave it out with a vendor's driver")
-    try:
-        if args.driver_image:
-            return DriverSpec("image", name, image=args.driver_image)
-        if theirs:
-            return DriverSpec("binary", name, path=str(plugin_binary(args.driver_binary)))
-        return DriverSpec("ours", name, env=fault_env(faults) if faults else {})
-    except (PluginNotFound, DriverSpecError) as exc:
-        raise ConformanceUsageError(str(exc)) from None
+    driver = driver_from_args(args)
+    if faults and driver.driver != OURS:
+        raise ConformanceUsageError("--faults switches dra-testbed's own driver on; leave it out with another driver")
+    return driver.with_env(fault_env(faults)) if faults else driver
 
 
 def _tree_digest(root: Path) -> str:
@@ -128,21 +112,23 @@ def _artifact(driver) -> tuple[str, str]:
     """What ran as the driver and its digest (a tree hash of ours, the binary's sha256, the image reference)."""
     if driver is None:
         return "the driver installed on the cluster", ""
-    if driver.kind == "binary":
+    if driver.path:
         return f"kubelet plugin binary {driver.path}", _file_digest(Path(driver.path))
-    if driver.kind == "image":
+    if driver.image:
         return f"image {driver.image}", ""
+    if driver.driver != OURS:
+        return f"driver {driver.driver!r}", ""
     return "dra-testbed's own driver (fake_gpus/driver)", _tree_digest(Path(__file__).resolve().parents[2] / "fake_gpus" / "driver")
 
 
 @contextmanager
 def _subject(args: argparse.Namespace, layout, driver) -> Iterator:
+    from fake_gpus.driver.identity import current_identity
     from testbed.clusters.driver import DriverSpecError
     from testbed.conformance.beds import existing_bed, kind_bed, kwok_bed
 
     if args.kubeconfig:
-        name = "gpu.nvidia.com" if args.driver in DRIVER_KINDS else args.driver
-        with existing_bed(args.kubeconfig, name, layout) as (subject, _):
+        with existing_bed(args.kubeconfig, args.driver_name or current_identity().driver, layout) as (subject, _):
             yield subject
         return
     try:
@@ -179,7 +165,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     with _subject(args, layout, driver) as subject:
         os.environ[DRIVER_ENV] = subject.driver  # the generated workloads' strategies name the driver's classes
         server = client.VersionApi(subject.api).get_code().git_version
-        log(f"conformance of {args.driver} on {subject.backend} (Kubernetes {server}), profile {args.profile}, report in {report}")
+        log(f"conformance of {subject.driver} ({driver.driver if driver else 'as installed'}) on {subject.backend} (Kubernetes {server}), profile {args.profile}, report in {report}")
         outcomes = run_checks(select(args.profile), subject, report, log)
     artifact, digest = _artifact(driver)
     info = RunInfo(

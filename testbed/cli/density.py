@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from hostenv.versions import DEFAULT_MINOR, RELEASES
+from testbed.cli.arguments import cluster_name
+from testbed.cli.driver_option import add_driver_options, driver_from_args
 
 DEFAULT_MODES = "whole,static-mig:all-balanced,dynamic-mig"
 
@@ -40,6 +42,7 @@ def cmd_density(args: argparse.Namespace) -> int:
         return 2
     fleet = load_layout(args.fleet)
     modes = parse_modes(args.modes, fleet)
+    driver = driver_from_args(args)
     try:
         trace = load_trace(args.trace, limit=args.limit)
     except TraceError as exc:
@@ -47,7 +50,7 @@ def cmd_density(args: argparse.Namespace) -> int:
         return 2
     runs = []
     for mode in modes:
-        runs.append(run_mode(trace, fleet, mode, args.k8s, args.window, args.name))
+        runs.append(run_mode(trace, fleet, mode, args.k8s, args.window, args.name, driver=driver))
         # written after every mode, so a mode that fails later (a cluster that does not come up) loses only itself
         doc = document(trace, fleet.name, sum(n.count for n in fleet.nodes), args.k8s, args.window, runs)
         page = write_report(doc, Path(args.report))
@@ -63,8 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     density.add_argument("--fleet", required=True, help="layout file of the GPU nodes (their modes are replaced by --modes)")
     density.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated modes (default {DEFAULT_MODES})")
     density.add_argument("--report", default="density-report", help="directory for density.json, PNGs and index.html")
-    density.add_argument("--name", default="density", help="name of the KWOK cluster each mode runs on (default density)")
+    density.add_argument("--name", type=cluster_name, default="density", help="name of the KWOK cluster each mode runs on (default density)")
     density.add_argument("--k8s", choices=sorted(RELEASES), default=DEFAULT_MINOR)
     density.add_argument("--limit", type=int, help="replay only the first N GPU pods")
     density.add_argument("--window", type=int, default=32, help="pods alive at once for a trace without timestamps")
+    add_driver_options(density, what="the DRA driver publishing the fleet's devices")
     density.set_defaults(func=cmd_density)

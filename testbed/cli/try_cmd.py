@@ -19,101 +19,83 @@ from typing import Iterator
 from rich.console import Console
 
 from hostenv.versions import DEFAULT_MINOR
-from testbed.clusters.base import ClusterSpec, spec_mismatch
-from testbed.clusters.driver import DriverSpec
-from testbed.clusters.layout import Layout, LayoutError, load_layout
+from testbed.cli.arguments import minor
+from testbed.clusters.base import ClusterSpec
+from testbed.cli.driver_option import add_driver_options
+from testbed.clusters.driver import OURS, DriverSpec
+from testbed.clusters.layout import Layout
+from testbed.errors import BadInputError
 
-LAYOUTS = Path(__file__).resolve().parents[2] / "clusters" / "layouts"
-DRIVERS = ("ours", "nvidia")
 OUTPUTS = ("table", "json", "html")
 
 
-class TryUsageError(ValueError):
+class TryUsageError(BadInputError):
     """Bad input to `try`: one line, exit 2."""
 
 
 def resolve_fleet(text: str) -> Layout:
     """A layout file, or the name of one in clusters/layouts/ (e.g. `mixed-h100-b200`)."""
-    path = Path(text)
-    if not path.is_file() and (LAYOUTS / f"{text}.yaml").is_file():
-        path = LAYOUTS / f"{text}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in LAYOUTS.glob("*.yaml")))
-        raise LayoutError(f"no fleet layout {text!r}: give a layout file or one of {known}")
-    return load_layout(path)
+    from testbed.outcomes.layouts import named_layout
+
+    return named_layout(text)
 
 
-def bed_name(layout: Layout, minor: str, driver: str) -> str:
+def bed_name(layout: Layout, minor: str, driver: DriverSpec) -> str:
     """The test bed a fleet gets: one per layout, minor and driver, so a later `try` can reuse it."""
     base = re.sub(r"[^a-z0-9-]+", "-", layout.name.lower()).strip("-")[:30] or "fleet"
-    return f"try-{base}-{minor.replace('.', '')}" + ("" if driver == "ours" else f"-{driver}")
+    return f"try-{base}-{minor.replace('.', '')}" + ("" if driver.driver == OURS else f"-{driver.driver}")
 
 
-def driver_spec(driver: str) -> DriverSpec:
-    """`ours`, or `nvidia`: NVIDIA's gpu-kubelet-plugin ($DRA_TESTBED_NVIDIA_PLUGIN) as a driver of kind binary.
-
-    Refused in one line (TryUsageError) when the binary is missing or the KWOK backend cannot run it yet.
-    """
+def driver_spec(args: argparse.Namespace) -> DriverSpec:
+    """The driver the options name, refused in one line (TryUsageError) when the KWOK backend cannot run it."""
+    from testbed.cli.driver_option import driver_from_args
     from testbed.clusters.driver import DriverSpecError
     from testbed.clusters.kwok.driver import kwok_driver
-    from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 
     try:
-        spec = DriverSpec() if driver == "ours" else DriverSpec("binary", path=str(plugin_binary()))
+        spec = driver_from_args(args)
         kwok_driver(spec)
-    except (PluginNotFound, DriverSpecError) as exc:
-        raise TryUsageError(f"--driver {driver}: {exc}") from exc
+    except DriverSpecError as exc:
+        raise TryUsageError(f"--driver {args.driver}: {exc}") from exc
     return spec
 
 
-def cluster_spec(name: str, minor: str, layout: Layout, driver: str) -> ClusterSpec:
-    """The spec of the bed; `driver` goes through ClusterSpec's driver seam (a DriverSpec)."""
-    return ClusterSpec(name=name, k8s=minor, layout=layout, driver=driver_spec(driver))
-
-
-def _same_shape(saved: dict | None, spec: ClusterSpec) -> bool:
-    return spec.layout is not None and spec_mismatch(saved, spec) is None
+def cluster_spec(name: str, minor: str, layout: Layout, driver: DriverSpec) -> ClusterSpec:
+    """The spec of the bed; `driver` goes through ClusterSpec's driver seam."""
+    return ClusterSpec(name=name, k8s=minor, layout=layout, driver=driver)
 
 
 @contextmanager
 def test_bed(spec: ClusterSpec, keep: bool) -> Iterator:
-    """A running KWOK bed of `spec`: reused when one of that name and shape runs, else brought up.
+    """A running KWOK bed of `spec`: reused when one of that name and shape runs, else brought up (replacing
+    one of another shape). A bed brought up here is torn down afterwards unless `keep`; a reused bed is left
+    as found."""
+    from testbed.beds import bed_session
 
-    A bed brought up here is torn down afterwards unless `keep`; a reused bed is left as found.
-    """
-    from testbed.clusters.registry import cluster_for
-
-    cluster = cluster_for("kwok", spec.name)
-    reused = cluster.exists() and _same_shape(cluster.saved_spec(), spec) and cluster.status().running
-    if not reused:
-        cluster.create(spec, force=True)
-    api = cluster.api_client()
-    try:
-        yield api
-    finally:
-        api.close()
-        if not (reused or keep):
-            cluster.delete()
+    with bed_session(spec, "kwok", reuse=True, replace_mismatch=True, keep=keep) as bed:
+        yield bed.api
 
 
 def run_on_fleet(manifests, layout: Layout, args: argparse.Namespace):
     from testbed.outcomes.run import run_manifests
 
-    spec = cluster_spec(bed_name(layout, args.k8s, args.driver), args.k8s, layout, args.driver)
+    driver = driver_spec(args)
+    spec = cluster_spec(bed_name(layout, args.k8s, driver), args.k8s, layout, driver)
     with test_bed(spec, args.keep) as api:
-        return run_manifests(api, manifests, fleet=layout.name, minor=args.k8s, timeout=args.timeout)
+        return run_manifests(api, manifests, fleet=layout.name, minor=args.k8s, timeout=args.timeout, strict=args.strict)
 
 
 def cmd_try(args: argparse.Namespace) -> int:
     from testbed.outcomes import render
+    from testbed.outcomes.layouts import fleet_layout
     from testbed.outcomes.manifests import ManifestError, load
 
     try:
-        manifests = load(args.manifests)
-        fleets = [resolve_fleet(args.fleet)] + ([resolve_fleet(args.compare)] if args.compare else [])
+        manifests = load([*args.manifests, *args.filename], args.recursive)
+        fleets = [fleet_layout(args.fleet, args.node)] + ([resolve_fleet(args.compare)] if args.compare else [])
         if args.compare and fleets[0].name == fleets[1].name:
             fleets[1] = dataclasses.replace(fleets[1], name=f"{fleets[1].name}-b")
-        cluster_spec("check", args.k8s, fleets[0], args.driver)  # the driver seam, before anything starts
+        driver_spec(args)  # the driver seam, before anything starts
         results = [run_on_fleet(manifests, layout, args) for layout in fleets]
     except (ManifestError, TryUsageError) as exc:
         print(f"dra-testbed try: error: {exc}", file=sys.stderr)
@@ -138,14 +120,18 @@ def cmd_try(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def register(sub: argparse._SubParsersAction, minor_type) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `try` subcommand to the `dra-testbed` parser."""
     p = sub.add_parser("try", help="will these manifests schedule on this fleet? apply them on a test bed and explain each pod")
-    p.add_argument("manifests", nargs="+", metavar="MANIFEST", help="YAML files or directories of them")
-    p.add_argument("--fleet", required=True, help="layout file or name in clusters/layouts/ (e.g. mixed-h100-b200)")
+    p.add_argument("manifests", nargs="*", metavar="MANIFEST", help="YAML files or directories of them (- for standard input)")
+    p.add_argument("-f", "--filename", action="append", default=[], metavar="FILE|DIR|-", help="as kubectl -f: a file, a directory, or - (standard input); repeatable")
+    p.add_argument("-R", "--recursive", action="store_true", help="read directories' subdirectories too (as kubectl -R)")
+    p.add_argument("--strict", action="store_true", help="refuse unknown and duplicate fields (exit 2, nothing created) instead of warning")
+    p.add_argument("--fleet", help="layout file or name in clusters/layouts/ (e.g. mixed-h100-b200)")
+    p.add_argument("--node", action="append", default=[], metavar="NAME=BOARD:COUNT:MODE", help="a GPU node of the fleet, as `up` takes it (instead of --fleet); repeatable")
     p.add_argument("--compare", metavar="LAYOUT_B", help="also run on this fleet and show both side by side")
-    p.add_argument("--k8s", type=minor_type, default=DEFAULT_MINOR, help=f"Kubernetes minor (default {DEFAULT_MINOR})")
-    p.add_argument("--driver", choices=DRIVERS, default="ours", help="DRA driver publishing the devices (default: ours)")
+    p.add_argument("--k8s", type=minor, default=DEFAULT_MINOR, help=f"Kubernetes minor (default {DEFAULT_MINOR})")
+    add_driver_options(p, what="the DRA driver publishing the devices")
     p.add_argument("--output", "-o", choices=OUTPUTS, default="table", help="table (default), json or html")
     p.add_argument("--report", metavar="FILE", help="also write the HTML report to FILE")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for scheduling to settle (default 120)")

@@ -12,12 +12,13 @@ import json
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ContextManager, TypeVar
 
 from hostenv.dirs import state_root
 from hostenv.versions import DEFAULT_MINOR
 from testbed.clusters.driver import DriverSpec
-from testbed.clusters.layout import Layout
+from testbed.clusters.layout import Layout, NodeSpec
+from testbed.errors import EnvironmentProblem
 
 if TYPE_CHECKING:  # the client is loaded on first use: `up` loads it while the control plane starts
     from kubernetes import client
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # the client is loaded on first use: `up` loads it while the 
 DEFAULT_NAME = "dra-testbed"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(EnvironmentProblem):
     """A cluster could not be created, found or removed; the message is one line for the user."""
 
 
@@ -126,6 +127,11 @@ class Cluster(abc.ABC):
             api.close()
         return version, nodes, slices
 
+    def offers(self, ability: type) -> bool:
+        """Whether this cluster, with the driver it runs now, can do what `ability` (one of the ability
+        interfaces below, which its class implements) promises; some drivers cannot follow every ability."""
+        return True
+
     @abc.abstractmethod
     def load_images(self, *references: str) -> None:
         """Make local images available to the nodes' container runtime (ClusterError where nodes run none)."""
@@ -174,6 +180,63 @@ class Cluster(abc.ABC):
         if record is not None:
             record["driver"] = driver.as_dict()
             (self.home / "spec.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+# -- abilities: optional interfaces a backend implements beyond `Cluster`; `ability(cluster, X)` says whether one
+# is there for the driver running now. What the conformance suite may do to a bed follows from them.
+
+class NodeControl(abc.ABC):
+    """GPU nodes join and leave the running cluster: a Node registers (or is deleted) through the API and the
+    running driver serves it as it serves the nodes it started with."""
+
+    @abc.abstractmethod
+    def add_node(self, node: NodeSpec) -> None:
+        """A GPU node `node` joins."""
+
+    @abc.abstractmethod
+    def remove_node(self, name: str) -> None:
+        """The node `name` is gone (no error when it was never there)."""
+
+
+class DriverRestart(abc.ABC):
+    """The running driver is stopped and started again, nothing else changed."""
+
+    @abc.abstractmethod
+    def restart_driver(self) -> None:
+        """Restart every process of the driver at once, as a crash would; returns once it runs again."""
+
+
+class DriverRoll(abc.ABC):
+    """A rolling update of the running driver, node by node, as a DaemonSet's."""
+
+    @abc.abstractmethod
+    def roll_driver(self) -> None:
+        """Replace the driver by a new generation of itself node by node; returns once every node runs it."""
+
+
+class DriverPause(abc.ABC):
+    """The driver is kept off every node for a while."""
+
+    @abc.abstractmethod
+    def driver_paused(self) -> ContextManager[None]:
+        """Inside, no driver runs on any node; afterwards it is back and ready."""
+
+
+class ImageLoading(abc.ABC):
+    """Local images are copied into the nodes' container runtime (nodes that run containers)."""
+
+    @abc.abstractmethod
+    def load_images(self, *references: str, workers_only: bool = False) -> None:
+        """Load `references` into every node (the workers only, when asked), skipping those already there."""
+
+
+ABILITIES: tuple[type, ...] = (NodeControl, DriverRestart, DriverRoll, DriverPause, ImageLoading)
+A = TypeVar("A")
+
+
+def ability(cluster: Cluster, kind: type[A]) -> A | None:
+    """`cluster` seen as `kind` when its backend implements that ability and offers it now, else None."""
+    return cluster if isinstance(cluster, kind) and cluster.offers(kind) else None  # type: ignore[return-value]
 
 
 def spec_record(spec: ClusterSpec) -> dict:

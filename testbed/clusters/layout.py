@@ -14,8 +14,10 @@ import yaml
 
 from fake_gpus.catalog import BOARD_KEYS, get_board
 from fake_gpus.machine.provision import ProvisionError, check_hardware
-from fake_gpus.node import Mode, ModeError, NodeHardware
+from fake_gpus.node import Mode, ModeError, NodeHardware, check_mode_for_board
 from fake_gpus.node import parse_mode as parse_hardware_mode
+
+from testbed.errors import BadInputError
 
 NODE_KEYS = ("name", "board", "count", "mode", "replicas")
 LAYOUT_KEYS = ("name", "description", "nodes")
@@ -25,7 +27,7 @@ HARD_MAX_NODES = 50_000
 ALLOW_LARGE_FLAG = "--allow-large"
 
 
-class LayoutError(ValueError):
+class LayoutError(BadInputError):
     """A layout that cannot be built; the message is one line for the user."""
 
 
@@ -63,6 +65,16 @@ def parse_mode(text: str, where: str) -> Mode:
         raise LayoutError(f"{where}: {exc}") from exc
 
 
+def _mode_on(board: str, text: str, where: str) -> Mode:
+    """The mode `text` for a node of `board`: parsed, and refused if it needs MIG the board lacks (LayoutError)."""
+    mode = parse_mode(text, where)
+    try:
+        check_mode_for_board(mode, board, get_board(board).mig_capable)
+    except ModeError as exc:
+        raise LayoutError(f"{where}: {exc}") from exc
+    return mode
+
+
 def _board(text: str, where: str) -> str:
     if text not in BOARD_KEYS:
         raise LayoutError(f"{where}: unknown board {text!r}; valid boards: {', '.join(BOARD_KEYS)}")
@@ -98,7 +110,7 @@ def parse_node_flag(flag: str) -> NodeSpec:
     board, count = parts[0], parts[1]
     mode = parts[2] if len(parts) == 3 else "whole"
     board = _board(board, where)
-    return NodeSpec(_name(name, where), board, _count(count, board, where), parse_mode(mode, where))
+    return NodeSpec(_name(name, where), board, _count(count, board, where), _mode_on(board, mode, where))
 
 
 def _check_unique(nodes: list[NodeSpec], where: str) -> None:
@@ -129,7 +141,7 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
             raise LayoutError(f"{where}: missing key {key!r}; required: name, board, count")
     board = _board(str(entry["board"]), where)
     count = _count(entry["count"], board, where)
-    mode = parse_mode(str(entry.get("mode", "whole")), where)
+    mode = _mode_on(board, str(entry.get("mode", "whole")), where)
     replicas = entry.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise LayoutError(f"{where}: replicas {replicas!r} must be a whole number >= 1")

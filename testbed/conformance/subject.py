@@ -1,12 +1,14 @@
 """The subject under test: a cluster, the driver's name, and what the backend lets the suite do to it.
 
-Probes see the cluster only through its Kubernetes API. Two capabilities go beyond the API and exist
-only where the suite owns the cluster: `restart-driver` (stop and start the driver, nothing else
-changed), `node-control` (add and delete a GPU node), `roll-driver` (a rolling update of the driver's
-DaemonSets) and `pause-driver` (keep the driver off its nodes for a while). Against an existing cluster
-none exists, so the checks needing them are `not-run` there: the suite changes nothing beyond its own
-namespace. A check that lists a node's MIG devices needs `node-monitor` (the nodes' driver root). Node-side checks need `workload-image`: an image whose entry point prints, as JSON, what
-NVML shows inside the container (fake_gpus/nvml/report.py on nvidia-ml-py; `--sleep` keeps it up).
+Probes see the cluster only through its Kubernetes API. Some capabilities go beyond the API and exist
+only where the suite owns the cluster, derived from its backend's abilities (`subject_of`):
+`restart-driver` (stop and start the driver, nothing else changed), `node-control` (add and delete a GPU
+node), `roll-driver` (a rolling update of the driver) and `pause-driver` (keep the driver off its nodes
+for a while). Against an existing cluster none exists, so the checks needing them are `not-run` there:
+the suite changes nothing beyond its own namespace. A check that lists a node's MIG devices needs
+`node-monitor` (the nodes' driver root). Node-side checks need `workload-image`: an image whose entry
+point prints, as JSON, what NVML shows inside the container (fake_gpus/nvml/report.py on nvidia-ml-py;
+`--sleep` keeps it up).
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, TypeVar
 
 from kubernetes import client
 
 from fake_gpus.driver.identity import DriverIdentity
-from testbed.kube.apiviews import ApiViews
+from testbed.clusters.base import Cluster, DriverPause, DriverRestart, DriverRoll, NodeControl, ability
 from testbed.clusters.layout import Layout, NodeSpec
+from testbed.kube.apiviews import ApiViews
 from testbed.kube.namespaces import create_namespace
 
 NAMESPACE_LABEL = "dra-testbed.io/conformance"
+F = TypeVar("F", bound=Callable[[], None])
 
 
 @dataclass
@@ -119,6 +123,24 @@ class Subject(ApiViews):
     def close(self) -> None:
         for name in list(self.namespaces):
             self.drop_namespace(name)
+
+
+def subject_of(cluster: Cluster, api: client.ApiClient, driver: str, layout: Layout | None, *,
+               around: Callable[[F], F] = lambda action: action, workload_image: str | None = None,
+               driver_root: str | None = None) -> Subject:
+    """The subject of `cluster`: what the suite may do to it beyond the API is what its backend can (the
+    abilities of testbed/clusters/base.py it implements and offers for the driver it runs), so a cluster
+    someone else runs gets none. `around` wraps the driver restart and roll (kind: waiting out the
+    kubelet's wipe of a gone plugin's slices)."""
+    nodes = ability(cluster, NodeControl)
+    restart = ability(cluster, DriverRestart)
+    roll = ability(cluster, DriverRoll)
+    pause = ability(cluster, DriverPause)
+    return Subject(api, driver, cluster.backend, layout, workload_image=workload_image, driver_root=driver_root,
+                   restart_driver=around(restart.restart_driver) if restart else None,
+                   add_node=nodes.add_node if nodes else None,
+                   roll_driver=around(roll.roll_driver) if roll else None,
+                   pause_driver=pause.driver_paused if pause else None)
 
 
 def write_json(path: Path, data) -> Path:

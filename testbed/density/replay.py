@@ -18,8 +18,10 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import current_identity
+from testbed.beds import bed_session
 from testbed.host import progress
 from testbed.clusters.base import ClusterSpec
+from testbed.clusters.driver import DriverSpec
 from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode
 from testbed.density.mapping import claim_body, fleet_profiles, pod_body
@@ -169,16 +171,10 @@ class Replay:
         return sample(number, trace_time, alive, self.memory_gib)
 
 
-def run_mode(trace: Trace, fleet: Layout, mode: Mode, k8s: str, window: int, cluster_name: str = "density") -> ModeRun:
+def run_mode(trace: Trace, fleet: Layout, mode: Mode, k8s: str, window: int, cluster_name: str = "density",
+             driver: DriverSpec | None = None) -> ModeRun:
     """Bring up the fleet in `mode`, replay the trace, tear the cluster down (also on failure)."""
-    cluster = KwokCluster(cluster_name)
-    cluster.create(ClusterSpec(name=cluster_name, k8s=k8s, layout=fleet_in_mode(fleet, mode)), force=True)
-    try:
-        api = cluster.api_client()
-        try:
-            with progress.step(f"replaying {len(trace.pods)} GPU pods in mode {mode}"):
-                return Replay(api, fleet, str(mode)).run(trace, window)
-        finally:
-            api.close()
-    finally:
-        cluster.delete()
+    spec = ClusterSpec(name=cluster_name, k8s=k8s, layout=fleet_in_mode(fleet, mode), driver=driver or DriverSpec())
+    with bed_session(spec, KwokCluster(cluster_name)) as bed:
+        with progress.step(f"replaying {len(trace.pods)} GPU pods in mode {mode}"):
+            return Replay(bed.api, fleet, str(mode)).run(trace, window)

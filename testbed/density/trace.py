@@ -17,12 +17,14 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.errors import BadInputError
+
 REQUIRED = ("name", "num_gpu", "gpu_milli")
 TIMES = ("creation_time", "deletion_time")
 DEFAULT_WINDOW = 32
 
 
-class TraceError(ValueError):
+class TraceError(BadInputError):
     """A trace file that cannot be replayed; the message is one line naming the file and the problem."""
 
 

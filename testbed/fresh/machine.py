@@ -28,19 +28,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from hostenv.dirs import shared_inputs
 from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import stream, terminate
 from testbed.host import hostdeps, leftovers, progress
 from testbed.host import netns as freshnet
 from testbed.host.netns import private_network
 from testbed.clusters.kind.images.rootfs import debootstrap
+from testbed.errors import EnvironmentProblem
 
 FRESH_SITE = ("pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "README")  # what ensurepip leaves
 CA_SETTINGS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
                "NODE_EXTRA_CA_CERTS")
 README_COMMANDS = {session: f"python3 -m pip install --quiet nox && python3 -m nox -s {session}" for session in ("tests", "e2e")}
 # the test input CI gives (.ci/run): NVIDIA's plugin, copied in beside the clone, never into it
-NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN", "/work/shared/vendor/dra-driver-nvidia-gpu/gpu-kubelet-plugin"))
+# NVIDIA's plugin as this checkout finds it; the fresh machine gets it where a clone finds it with nothing set
+NVIDIA_PLUGIN = Path(os.environ.get("DRA_TESTBED_NVIDIA_PLUGIN") or shared_inputs() / "vendor" / "dra-driver-nvidia-gpu" / "gpu-kubelet-plugin")
 PACKAGES = ("gcc", "libc6-dev", "make", "binutils", "git", "ca-certificates", "procps", "iproute2")
 MACHINE_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/hostname")
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +54,7 @@ CGROUP_CONTAINER = re.compile(r"/docker/([0-9a-f]{64})\b")  # how dockerd names 
 FRESHROOT = Path(__file__).with_name("root.py")  # run by the host's Python as a script: stdlib only
 
 
-class FreshError(RuntimeError):
+class FreshError(EnvironmentProblem):
     """The fresh-machine run cannot start here; one line."""
 
 
@@ -228,8 +231,8 @@ def _make(root: Path, workdir: Path) -> None:
     _copy_runtime(root)
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(root / "work" / "repo")], check=True)
     if NVIDIA_PLUGIN.is_file():
-        target = root / "work" / "shared" / "vendor" / NVIDIA_PLUGIN.name
-        target.parent.mkdir(parents=True)
+        target = root / "work" / "shared" / "vendor" / "dra-driver-nvidia-gpu" / "gpu-kubelet-plugin"  # beside /work/repo
+        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(NVIDIA_PLUGIN, target)
     _copy_machine_files(root)
 
@@ -240,8 +243,6 @@ def _run_command(on_machine: list[str], session: str, log: Path, trust: dict[str
     # PYTHONUNBUFFERED: pytest's dots reach the log (and the progress line) as they come, not at the end
     env = {**trust, "HOME": "/root", "CI": "true", "LANG": "C.UTF-8", "DRA_TESTBED_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PATH": f"{go}:{python}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"}
-    if NVIDIA_PLUGIN.is_file():  # copied in by _make
-        env["DRA_TESTBED_NVIDIA_PLUGIN"] = f"/work/shared/vendor/{NVIDIA_PLUGIN.name}"
     command = [*on_machine, "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in env.items()],
                "bash", "-c", f"cd /work/repo && {README_COMMANDS[session]}"]
     progress.note(f"fresh machine: `{README_COMMANDS[session]}` (log: {log})")

@@ -19,6 +19,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from hostenv.processes import stream
+from testbed.errors import EnvironmentProblem
 from testbed.host import progress
 
 APT_LOCK_TIMEOUT = 600  # seconds apt-get waits for another apt/dpkg run on this machine
@@ -26,7 +27,7 @@ SKIP_ENV = "DRA_TESTBED_NO_APT"  # set: never run apt-get, report what is missin
 RUN_LOCK = Path("/run/lock")  # the FHS place for lock files: a tmpfs, so the lock never outlives a boot
 
 
-class HostDepsMissing(RuntimeError):
+class HostDepsMissing(EnvironmentProblem):
     """Host packages a feature needs are missing and could not be installed; one line for the user."""
 
 

@@ -12,7 +12,9 @@ callback such as urllib3's pool finalizer) or in sys.unraisablehook, CPython swa
 ("Exception ignored in ...") and the run would go on as if never asked to stop. In importlib's own code,
 an exception between taking a lock and its `try` leaves the lock held: the next import waits for ever
 (seen as a deadlock between the main thread and the publisher's preloading thread). A module's own body
-is not such a place: an exception raised there unwinds as any import error does.
+is not such a place: an exception raised there unwinds as any import error does. Code that starts a process
+and records it holds signals for those two steps itself (hostenv.processes.interrupts_held): that place is
+known where it is written, and the held signal is delivered the moment it ends, not a moment later.
 """
 
 from __future__ import annotations

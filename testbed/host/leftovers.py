@@ -21,7 +21,10 @@ from testbed.host.netns import NETNS_DIR, netns_dir_idle
 
 # processes a test bed starts; a snapshot names those left running
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller", "kwokctl",
-              "kubelet", "dockerd", "containerd", "containerd-shim", "kind", "fake_gpus.driver", "debootstrap")
+              "kubelet", "dockerd", "containerd", "containerd-shim", "kind", "debootstrap")
+# and every `python -m` module of these packages: our plugins, the publisher, the stand-in kubelet (a module of a
+# layer above this one, so matched by its package, not named)
+PYTHON_PACKAGES = ("fake_gpus", "testbed")
 
 
 def _cmdline(pid: int) -> str:
@@ -189,7 +192,8 @@ def snapshot() -> dict:
     temp."""
     return {
         "processes": {str(pid): line for pid, line in processes().items()
-                      if any(c in line.split(" ", 1)[0] or f"-m {c}" in line for c in COMPONENTS)},
+                      if any(c in line.split(" ", 1)[0] for c in COMPONENTS)
+                      or any(f"-m {package}." in line for package in PYTHON_PACKAGES)},
         "ports": sorted(listening_ports()),
         "mounts": mount_points(),
         "stale_mounts": stale_mounts(),

@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hostenv.processes import alive, terminate
+from hostenv.processes import alive, interrupts_held, terminate
 
 KUBELET_PID, KUBELET_LOG = "standin-kubelet.pid", "standin-kubelet.log"
 ON_DEMAND_DIR = "standin-plugins"  # <home>/standin-plugins/<node>.json (how to start it) and <node>.pid
@@ -46,10 +46,10 @@ class OnDemand:
         """Start it in a session of its own (the stand-in stops it; `down` stops it if the stand-in died)."""
         env = {**os.environ, **self.env}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
-        with open(self.log, "ab") as log:
+        with open(self.log, "ab") as log, interrupts_held():  # recorded before an interrupt can stop its caller
             proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
-        pid_file.write_text(f"{proc.pid}\n")
+            pid_file.write_text(f"{proc.pid}\n")
         return proc
 
 
@@ -95,10 +95,11 @@ def start(home: Path, kubeconfig: Path, driver: str, nodes: dict[str, Path],
         argv += ["--plugins-dir", str(Path(home) / ON_DEMAND_DIR)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
-    with open(home / KUBELET_LOG, "ab") as log:
+    # held: a Ctrl-C between the start and the pid file would leave it running where stop() never looks
+    with open(home / KUBELET_LOG, "ab") as log, interrupts_held():
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
-    (home / KUBELET_PID).write_text(f"{proc.pid}\n")
+        (home / KUBELET_PID).write_text(f"{proc.pid}\n")
     return proc.pid
 
 

@@ -23,6 +23,7 @@ from filelock import FileLock
 from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.versions import release_for
+from testbed.errors import EnvironmentProblem
 from testbed.host import progress
 from testbed.toolchain.gobuild import run_go
 
@@ -30,7 +31,7 @@ SOURCE = Path(__file__).with_name("dra_cel.go")
 _POSITION = re.compile(r"ERROR: <input>:(\d+):(\d+): ([^\n]*)")
 
 
-class CelHelperError(RuntimeError):
+class CelHelperError(EnvironmentProblem):
     """The helper could not be built or did not answer; the message is one line."""
 
 

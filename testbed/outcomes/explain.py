@@ -91,7 +91,7 @@ def legacy_requests(pod: Mapping) -> dict[str, str]:
     return found
 
 
-def _results(claim: Mapping) -> list[dict]:
+def results(claim: Mapping) -> list[dict]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return (allocation.get("devices") or {}).get("results") or []
 
@@ -115,9 +115,12 @@ def _outcome(pod: Mapping, snapshot: Snapshot, fleet: Fleet, all_claims: Sequenc
                          legacy=legacy_requests(pod))
     claims = [snapshot.claims[(meta["namespace"], n)] for n in claim_names(pod) if (meta["namespace"], n) in snapshot.claims]
     if verdict == "scheduled":
+        keys = [(meta["namespace"], n) for n in claim_names(pod)]
+        claims = [snapshot.allocated[k] if k in snapshot.allocated else snapshot.claims[k] for k in keys
+                  if k in snapshot.allocated or k in snapshot.claims]
         outcome.node = pod["spec"]["nodeName"]
         outcome.board = fleet.boards.get(outcome.node)
-        outcome.allocations = [_allocation(claim, result, fleet) for claim in claims for result in _results(claim)]
+        outcome.allocations = [allocation(claim, result, fleet) for claim in claims for result in results(claim)]
         return outcome
     failure = snapshot.latest_failure(pod)
     outcome.scheduler = " ".join(failure["message"].split()) if failure else None
@@ -131,7 +134,7 @@ def _outcome(pod: Mapping, snapshot: Snapshot, fleet: Fleet, all_claims: Sequenc
     return outcome
 
 
-def _allocation(claim: Mapping, result: Mapping, fleet: Fleet) -> Allocation:
+def allocation(claim: Mapping, result: Mapping, fleet: Fleet) -> Allocation:
     device = fleet.inventory.devices.get(DeviceId(result["driver"], result["pool"], result["device"]))
     node = device.node if device and device.node else result["pool"]
     memory = device.capacity_of("memory") if device else None
@@ -165,7 +168,7 @@ def diagnose(fleet: Fleet, claims: Sequence[Mapping], legacy: Mapping[str, str],
     if reasons or not specs:
         return reasons or ["no device request of ours explains it; see the scheduler's reason"]
     classes = fleet.classes()
-    usage = Usage.of(fleet.inventory, [(c["metadata"]["name"], [_result(r) for r in _results(c)]) for c in others])
+    usage = Usage.of(fleet.inventory, [(c["metadata"]["name"], [_result(r) for r in results(c)]) for c in others])
     try:
         empty = feasible_nodes(fleet.inventory, specs, Usage(), classes)
         now = feasible_nodes(fleet.inventory, specs, usage, classes)

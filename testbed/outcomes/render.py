@@ -16,16 +16,20 @@ from testbed.templates import render_html
 VERDICT_STYLE = {"scheduled": "green", "pending": "red", "gated": "yellow", "unsettled": "yellow"}
 
 
-def labels(result: RunResult, run_namespaces: Sequence[str] = ()) -> dict[int, str]:
-    """A name for each pod that is the same on every fleet: workload and ordinal, not the random pod name."""
+def labels(result: RunResult, run_namespaces: Sequence[str] = (), stable: bool = False) -> dict[int, str]:
+    """A name for each pod: workload and ordinal, not the random pod name. `stable`: the same on every
+    fleet, so a workload the server named (generateName) goes by the prefix it was given."""
     groups: dict[tuple[str, str], list[PodOutcome]] = defaultdict(list)
     for pod in result.pods:
         groups[(pod.namespace, pod.owner)].append(pod)
     named: dict[int, str] = {}
     for (namespace, owner), pods in groups.items():
         shown = "" if namespace.startswith("try-") or namespace in run_namespaces else f"{namespace}/"
+        if stable:
+            owner = result.generated.get(owner, owner)
         for index, pod in enumerate(sorted(pods, key=lambda p: p.name)):
-            named[id(pod)] = f"{shown}{pod.name}" if not owner else f"{shown}{owner} #{index + 1}"
+            name = result.generated.get(f"Pod/{pod.name}", f"Pod/{pod.name}").removeprefix("Pod/") if stable else pod.name
+            named[id(pod)] = f"{shown}{name}" if not owner else f"{shown}{owner} #{index + 1}"
     return named
 
 
@@ -66,7 +70,37 @@ def table(result: RunResult, console: Console) -> None:
         grid.add_row(names[id(pod)], f"[{style}]{pod.verdict}[/{style}]" + (" (allowed)" if pod.may_pend else ""),
                      pod.node and f"{pod.node} ({pod.board})" or "", devices, "\n".join(why(pod)))
     console.print(grid)
+    claims_table(result, console)
     console.print(summary(result))
+    for line in remarks(result):
+        console.print(line, markup=False, highlight=False)
+
+
+def claims_table(result: RunResult, console: Console) -> None:
+    """The input's ResourceClaims (devices, or why none) and DeviceClasses (what they select)."""
+    if result.claims:
+        grid = Table(title="ResourceClaims of the input", show_lines=True)
+        for column in ("claim", "verdict", "devices", "used by", "why not allocated"):
+            grid.add_column(column, overflow="fold")
+        for claim in result.claims:
+            style = "green" if claim.verdict == "allocated" else "red"
+            shown = claim.name if claim.namespace.startswith("try-") else f"{claim.namespace}/{claim.name}"
+            grid.add_row(shown, f"[{style}]{claim.verdict}[/{style}]", "\n".join(f"{device_text(a)} on {a.node}" for a in claim.allocations),
+                         ", ".join(claim.pods), "\n".join(claim.reasons))
+        console.print(grid)
+    if result.device_classes:
+        grid = Table(title="DeviceClasses of the input", show_lines=True)
+        for column in ("class", "devices it selects", "problem"):
+            grid.add_column(column, overflow="fold")
+        for device_class in result.device_classes:
+            boards = ", ".join(f"{n} on {b}" for b, n in device_class.boards.items())
+            grid.add_row(device_class.name, f"{device_class.devices}" + (f" ({boards})" if boards else ""), device_class.problem or "")
+        console.print(grid)
+
+
+def remarks(result: RunResult) -> list[str]:
+    """Field warnings and notes, one line each."""
+    return [f"warning: {w}" for w in result.warnings] + [f"note: {n}" for n in result.notes]
 
 
 def summary(result: RunResult) -> str:
@@ -75,6 +109,10 @@ def summary(result: RunResult) -> str:
     parts = [f"{placed} of {len(result.pods)} pods scheduled on {result.fleet}"]
     if legacy:
         parts.append(f"{sum(p.verdict == 'scheduled' for p in legacy)} of {len(legacy)} legacy (nvidia.com/gpu-style) pods run unchanged")
+    if result.claims:
+        parts.append(f"{sum(c.verdict == 'allocated' for c in result.claims)} of {len(result.claims)} ResourceClaims of the input allocated")
+    if result.warnings:
+        parts.append(f"{len(result.warnings)} field warning{'s' if len(result.warnings) > 1 else ''}")
     if not result.settled:
         parts.append(f"scheduling did not settle within {result.seconds:.0f}s")
     return "; ".join(parts)
@@ -82,8 +120,8 @@ def summary(result: RunResult) -> str:
 
 def compare_rows(a: RunResult, b: RunResult) -> list[tuple[str, PodOutcome | None, PodOutcome | None]]:
     """Pods matched across fleets by their stable label."""
-    left = {label: pod for pod in a.pods for label in [labels(a)[id(pod)]]}
-    right = {label: pod for pod in b.pods for label in [labels(b)[id(pod)]]}
+    left = {label: pod for pod in a.pods for label in [labels(a, stable=True)[id(pod)]]}
+    right = {label: pod for pod in b.pods for label in [labels(b, stable=True)[id(pod)]]}
     return [(label, left.get(label), right.get(label)) for label in sorted({*left, *right})]
 
 
@@ -95,8 +133,10 @@ def compare_table(a: RunResult, b: RunResult, console: Console) -> None:
     for label, left, right in compare_rows(a, b):
         grid.add_row(label, _cell(left), _cell(right), change(left, right))
     console.print(grid)
-    console.print(summary(a))
-    console.print(summary(b))
+    for result in (a, b):
+        console.print(summary(result))
+        for line in remarks(result):
+            console.print(f"{result.fleet}: {line}", markup=False, highlight=False)
 
 
 def change(left: PodOutcome | None, right: PodOutcome | None) -> str:

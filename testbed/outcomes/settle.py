@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -59,6 +59,8 @@ class Snapshot:
     pods: dict[str, dict] = field(default_factory=dict)
     events: dict[str, list[dict]] = field(default_factory=dict)
     claims: dict[tuple[str, str], dict] = field(default_factory=dict)
+    allocated: dict[tuple[str, str], dict] = field(default_factory=dict)  # each claim as last seen allocated
+    objects: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # other kinds followed: (kind, namespace, name)
     settled: bool = False
     seconds: float = 0.0
 
@@ -126,20 +128,24 @@ class _Follower(threading.Thread):
             self.out.put((self.kind, "ERROR", exc))
 
 
-def _followers(api: client.ApiClient, feed: queue.Queue, stop: threading.Event) -> list[_Follower]:
-    """One follower each for pods, FailedScheduling events and ResourceClaims."""
+def _followers(api: client.ApiClient, feed: queue.Queue, stop: threading.Event,
+               extra: Sequence[tuple[str, str]] = ()) -> list[_Follower]:
+    """One follower each for pods, FailedScheduling events and ResourceClaims, and for each (apiVersion, kind) of `extra`."""
     dyn = dynamic_client(api)
     return [
         _Follower(dyn.resources.get(api_version="v1", kind="Pod"), "pod", feed, stop),
         _Follower(dyn.resources.get(api_version="v1", kind="Event"), "event", feed, stop, field_selector="reason=FailedScheduling"),
         _Follower(dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim"), "claim", feed, stop),
-    ]
+    ] + [_Follower(dyn.resources.get(api_version=version, kind=kind), kind, feed, stop) for version, kind in extra]
 
 
-def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int = 0, timeout: float = 120.0) -> Snapshot:
+def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int = 0, timeout: float = 120.0,
+           complete: Callable[[Snapshot], bool] | None = None, extra: Sequence[tuple[str, str]] = ()) -> Snapshot:
     """Follow pods, FailedScheduling events and claims of `namespaces` until every pod has a verdict.
 
     `expected_pods`: how many pods the workloads will create; fewer seen means not settled yet.
+    `complete(snapshot)`: whether the workloads have made every pod they will (for those whose count the
+    spec does not say); `extra`: further (apiVersion, kind)s to follow into `snapshot.objects` for it.
     Returns the last snapshot; `settled` is False when `timeout` passed first.
     """
     wanted = tuple(namespaces)
@@ -147,13 +153,14 @@ def settle(api: client.ApiClient, namespaces: Iterable[str], expected_pods: int 
     started = time.monotonic()
     feed: queue.Queue = queue.Queue()
     stop = threading.Event()
-    followers = _followers(api, feed, stop)
+    followers = _followers(api, feed, stop, extra)
     listed: set[str] = set()
     for follower in followers:
         follower.start()
     try:
         while True:
-            if len(listed) == len(followers) and len(snapshot.pods) >= expected_pods and not snapshot.undecided():
+            if (len(listed) == len(followers) and len(snapshot.pods) >= expected_pods and not snapshot.undecided()
+                    and (complete is None or complete(snapshot))):
                 snapshot.settled = True
                 break
             remaining = timeout - (time.monotonic() - started)
@@ -252,3 +259,11 @@ def _record(snapshot: Snapshot, kind: str, change: str, obj: dict) -> None:
             snapshot.claims.pop(key, None)
         else:
             snapshot.claims[key] = obj
+            if (obj.get("status") or {}).get("allocation"):
+                # kept: the claim of a pod that has finished (a Job's) is deallocated and deleted soon after
+                snapshot.allocated[key] = obj
+    else:
+        if change == "DELETED":
+            snapshot.objects.pop((kind, meta["namespace"], meta["name"]), None)
+        else:
+            snapshot.objects[(kind, meta["namespace"], meta["name"])] = obj

@@ -12,15 +12,17 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pytest
 from kubernetes import client
 
 from hostenv.versions import DEFAULT_MINOR
 from testbed.kube.apiviews import ApiViews
-from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, spec_mismatch
-from testbed.clusters.driver import DriverSpec
+from testbed.beds import Bed, BedRefused, bed_session
+from testbed.clusters.base import Cluster, ClusterSpec
+from testbed import drivers as _drivers  # noqa: F401 - every driver under test, registered before the options list them
+from testbed.clusters.driver import DriverSpec, DriverSpecError, driver_options, spec_from_options
 from testbed.clusters.layout import Layout, load_layout
 from testbed.clusters.registry import BACKENDS, cluster_for
 from testbed.kube.namespaces import create_namespace
@@ -41,6 +43,7 @@ class TestBed(ApiViews):
     api: client.ApiClient
     layout: Layout | None
     cluster: Cluster | None = None
+    handle: Bed | None = None  # the life cycle's handle: set `handle.failed` to have logs asked for on failure exported
 
 
 class BedFactory:
@@ -50,7 +53,9 @@ class BedFactory:
     The cluster is torn down afterwards unless --keep-cluster; with --keep-cluster or --reuse-cluster its
     name is `label` (default: the layout's name), so a later run can find it, else `label` plus a random
     suffix, so that runs at the same time never meet. --reuse-cluster uses a running cluster of that name
-    whose recorded spec matches and refuses one whose spec differs.
+    whose recorded spec matches and refuses one whose spec differs. `images` are loaded into its nodes (kind);
+    with `on_failure_logs` its logs are exported when the bed fails (an exception, or `handle.failed` set).
+    The life cycle is testbed.beds's.
     """
 
     def __init__(self, config: pytest.Config) -> None:
@@ -59,30 +64,20 @@ class BedFactory:
     @contextmanager
     def __call__(self, layout: Layout | None, driver: DriverSpec | None = None, env: dict[str, str] | None = None, *,
                  label: str | None = None, name: str | None = None, backend: str | None = None, k8s: str | None = None,
-                 attempts: int = 1) -> Iterator[TestBed]:
+                 attempts: int = 1, images: Sequence[str] = (), workers_only: bool = False,
+                 on_failure_logs: bool = False) -> Iterator[TestBed]:
         opts = self.opts
         keep, reuse = bool(opts.keep_cluster), bool(opts.reuse_cluster)
         label = label or (layout.name if layout else "bed")
         name = name or (label if keep or reuse else f"{label}-{uuid.uuid4().hex[:6]}")
-        backend = backend or opts.backend
         spec = ClusterSpec(name=name, k8s=k8s or opts.k8s, layout=layout, driver=(driver or DriverSpec()).with_env(env or {}))
-        cluster = cluster_for(backend, name)
-        reused = reuse and cluster.status().running
-        if reused:
-            mismatch = spec_mismatch(cluster.saved_spec(), spec)
-            if mismatch:
-                pytest.fail(f"--reuse-cluster: the running {backend} cluster {name!r} does not match this test bed: {mismatch}; "
-                                   f"take it down (`dra-testbed down --backend {backend} --name {name}`) or leave out --reuse-cluster", pytrace=False)
-            kubeconfig = cluster.kubeconfig()
-        else:
-            kubeconfig = _create(cluster, spec, attempts)
-        api = cluster.api_client()
         try:
-            yield TestBed(name, kubeconfig, api, layout, cluster)
-        finally:
-            api.close()
-            if not (keep or reused):
-                cluster.delete()
+            session = bed_session(spec, cluster_for(backend or opts.backend, name), reuse=reuse, keep=keep, attempts=attempts,
+                                  images=images, workers_only=workers_only, on_failure_logs=on_failure_logs)
+            with session as handle:
+                yield TestBed(name, handle.kubeconfig, handle.api, layout, handle.cluster, handle)
+        except BedRefused as exc:
+            pytest.fail(f"--reuse-cluster: {exc}; or leave out --reuse-cluster", pytrace=False)
 
 
 def session_naming(opts) -> dict[str, str | None]:
@@ -90,17 +85,9 @@ def session_naming(opts) -> dict[str, str | None]:
     return {"name": opts.cluster_name, "label": SESSION_LABEL}
 
 
-def _create(cluster: Cluster, spec: ClusterSpec, attempts: int) -> Path:
-    """create(), tried `attempts` times: a loaded machine has been seen to leave a KWOK node un-Ready although
-    the apiserver was up; create() removes a partial cluster itself."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return cluster.create(spec, force=True)
-        except ClusterError as exc:
-            if attempt == attempts:
-                raise
-            print(f"test bed: retrying {cluster.backend} cluster {cluster.name} after: {exc}")
-    raise AssertionError("unreachable")
+def session_driver(opts) -> DriverSpec:
+    """The session bed's driver from the --driver options (the vocabulary every command uses)."""
+    return spec_from_options(opts)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -110,8 +97,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--layout", default=str(DEFAULT_LAYOUT), help="layout file of the test bed")
     group.addoption("--cluster-name", default=None, help=f"name of the test-bed cluster (default: {SESSION_LABEL} plus a "
                     "random suffix, so that sessions at the same time never meet; exactly that with --keep-cluster or --reuse-cluster)")
-    group.addoption("--driver", default="ours", help="DRA driver of the session's test bed: ours (default), nvidia "
-                    "(NVIDIA's gpu-kubelet-plugin, $DRA_TESTBED_NVIDIA_PLUGIN), binary:PATH or image:REFERENCE")
+    for flag, keywords in driver_options(what="the DRA driver of the session's test bed"):
+        group.addoption(flag, **keywords)
     group.addoption("--kubeconfig", default=None, help="run against this existing cluster instead of bringing one up")
     group.addoption("--keep-cluster", action="store_true", help="leave the cluster running after the session")
     group.addoption("--reuse-cluster", action="store_true", help="use a running cluster of that name if there is one")
@@ -136,16 +123,12 @@ def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed
     opts = request.config.option
     layout = load_layout(opts.layout) if opts.layout else None
     if opts.kubeconfig:
-        existing = cluster_for("existing", "existing", opts.kubeconfig)
-        kubeconfig = existing.create(ClusterSpec(name="existing", layout=layout))  # checks it serves DRA
-        api = existing.api_client()
-        yield TestBed("existing", kubeconfig, api, layout)
-        api.close()
+        # someone else's cluster: checked to serve DRA, never started or stopped
+        with bed_session(ClusterSpec(name="existing", layout=layout), "existing", kubeconfig=opts.kubeconfig) as existing:
+            yield TestBed("existing", existing.kubeconfig, existing.api, layout)
         return
-    from testbed.clusters.driver import DriverSpecError, parse_driver
-
     try:
-        driver = parse_driver(opts.driver)
+        driver = session_driver(opts)
     except DriverSpecError as exc:
         pytest.exit(f"--driver: {exc}", returncode=2)
     # a fixed default name made a second session at the same time (a colleague's, a second CI job) force-replace

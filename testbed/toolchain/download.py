@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
+from testbed.errors import EnvironmentProblem
 from testbed.toolchain.projects import DownloadSpec
 
 OFFLINE_ENV = "DRA_TESTBED_OFFLINE"
@@ -21,7 +22,7 @@ PROBE_TIMEOUT = 3.0
 READ_TIMEOUT = 60.0
 
 
-class DownloadError(RuntimeError):
+class DownloadError(EnvironmentProblem):
     """A release file could not be fetched or did not match its checksum."""
 
 

@@ -19,10 +19,12 @@ from hostenv.dirs import cache_root
 from hostenv.goenv import go_binary, go_env
 from hostenv.processes import stream
 
+from testbed.errors import EnvironmentProblem
+
 Progress = Callable[[str], None]
 
 
-class BuildError(RuntimeError):
+class BuildError(EnvironmentProblem):
     """A Go build failed; the message names the log holding its output."""
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from hostenv.goenv import GoMissingError
+from testbed.errors import EnvironmentProblem
 from testbed.host import progress
 from testbed.toolchain import download, gobuild
 from testbed.toolchain.projects import (
@@ -27,7 +28,7 @@ from testbed.toolchain.store import CachedRelease
 OVERRIDE_ENV_PREFIX = "DRA_TESTBED_BINARY_"
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(EnvironmentProblem):
     """A binary could not be found, fetched or built."""
 
 

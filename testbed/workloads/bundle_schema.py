@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import BadInputError
 from testbed.workloads.selectors import OPS
 
 OPERATORS = tuple(OPS)
@@ -20,7 +21,7 @@ _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 
 
-class BundleError(ValueError):
+class BundleError(BadInputError):
     """A bundle file that cannot be replayed; one line for the user."""
 
 

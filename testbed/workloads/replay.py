@@ -18,15 +18,11 @@ def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubec
 
     Returns 1 when a property still fails, 0 when the replay passes.
     """
-    from kubernetes import config
-
     from fake_gpus.driver.faults import fault_env
     from testbed.clusters.base import ClusterSpec
     from hostenv.versions import DEFAULT_MINOR
     from testbed.clusters.driver import DriverSpec
-    from testbed.clusters.registry import cluster_for
-    from testbed.workloads.runner import PropertyFailure, Runner
-
+    from testbed.beds import bed_session
     from testbed.workloads.steps import EVOLUTION
 
     layout, steps, context = load_bundle(directory)
@@ -35,38 +31,37 @@ def replay(directory: Path, *, k8s: str | None = None, keep: bool = False, kubec
     if evolves and (kubeconfig or (backend or context.get("backend") or "kwok") != "kwok"):
         raise ValueError(f"{directory}: its steps change the fleet ({', '.join(evolves)}), which only a fresh KWOK cluster "
                          "allows; valid: leave out --kubeconfig and use --backend kwok")
-    cluster = None
+    # a fleet-changing replay switches the faults on by a driver update once the bed is up, as its test did: a
+    # fault such as joined-node-unpublished would keep the bed's own nodes from coming up
+    driver = DriverSpec(env=fault_env(faults.split(","))) if faults and not evolves else DriverSpec()
+    spec = ClusterSpec(name=f"prop-replay-{uuid.uuid4().hex[:6]}", k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout,
+                       driver=driver)
+    where = "existing" if kubeconfig else backend or context.get("backend") or "kwok"  # existing: checked, never stopped
+    with bed_session(spec, where, keep=keep, kubeconfig=kubeconfig) as bed:
+        if faults and evolves:
+            from testbed.clusters.kwok.fleet import KwokFleet
+
+            KwokFleet(bed.cluster, bed.api).roll_driver(fault_env(faults.split(",")))
+        return _run(directory, bed.api, bed.cluster, layout, steps, context, evolves)
+
+
+def _run(directory: Path, api, cluster, layout, steps, context: dict, evolves: list[str]) -> int:
+    """The bundle's steps on the bed behind `api` (fleet changes through `cluster`); 1 when a property still fails."""
+    from testbed.workloads.runner import PropertyFailure, Runner
+
+    runner = Runner(api, layout_yaml(layout), bundle_dir=None, context=context).open()
     try:
-        if kubeconfig:
-            api = config.new_client_from_config(config_file=kubeconfig)
+        if evolves:
+            from testbed.clusters.kwok.fleet import KwokFleet
+            from testbed.workloads.evolution import Evolution
+
+            Evolution(runner, KwokFleet(cluster, api)).run_steps(steps)
         else:
-            cluster = cluster_for(backend or context.get("backend") or "kwok", f"prop-replay-{uuid.uuid4().hex[:6]}")
-            # a fleet-changing replay switches the faults on by a driver update once the bed is up, as its
-            # test did: a fault such as joined-node-unpublished would keep the bed's own nodes from coming up
-            driver = DriverSpec(env=fault_env(faults.split(","))) if faults and not evolves else DriverSpec()
-            cluster.create(ClusterSpec(name=cluster.name, k8s=k8s or context.get("k8s") or DEFAULT_MINOR, layout=layout, driver=driver))
-            api = cluster.api_client()
-            if faults and evolves:
-                from testbed.clusters.kwok.fleet import KwokFleet
-
-                KwokFleet(cluster, api).roll_driver(fault_env(faults.split(",")))
-        runner = Runner(api, layout_yaml(layout), bundle_dir=None, context=context).open()
-        try:
-            if evolves:
-                from testbed.clusters.kwok.fleet import KwokFleet
-                from testbed.workloads.evolution import Evolution
-
-                Evolution(runner, KwokFleet(cluster, api)).run_steps(steps)
-            else:
-                runner.run_steps(steps)
-        except PropertyFailure as failure:
-            print(f"replay of {directory}: still failing\n{failure}", file=sys.stderr)
-            return 1
-        finally:
-            runner.close()
-            api.close()
-        print(f"replay of {directory}: passes ({len(steps)} steps)", file=sys.stderr)
-        return 0
+            runner.run_steps(steps)
+    except PropertyFailure as failure:
+        print(f"replay of {directory}: still failing\n{failure}", file=sys.stderr)
+        return 1
     finally:
-        if cluster is not None and not keep:
-            cluster.delete()
+        runner.close()
+    print(f"replay of {directory}: passes ({len(steps)} steps)", file=sys.stderr)
+    return 0

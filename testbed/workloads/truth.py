@@ -89,7 +89,7 @@ def physical_violations(inventory: Inventory, allocations: Sequence[tuple[str, S
             problems.append(Violation("soundness", f"{where}: the full GPU and MIG partitions are allocated together",
                                       "full GPU alone", sorted(str(d.id) for _, d in held), double=True))
         used: dict[int, str] = {}
-        compute = 0
+        compute, limit = 0, CATALOG_COMPUTE_SLICES
         for owner, device in parts:
             ref = parse_device_name(device.id.device)
             board = board_of(device)
@@ -101,9 +101,10 @@ def physical_violations(inventory: Inventory, allocations: Sequence[tuple[str, S
                                               "disjoint placements", [used[memory_slice], str(device.id)], double=True))
                 used[memory_slice] = str(device.id)
             compute += profile.slice_count if profile else 0
-        if compute > CATALOG_COMPUTE_SLICES:
-            problems.append(Violation("soundness", f"{where}: partitions use {compute} compute slices of {CATALOG_COMPUTE_SLICES}",
-                                      CATALOG_COMPUTE_SLICES, compute, double=True))
+            limit = board.compute_slices if board else limit  # an A30 has 4, the others 7
+        if compute > limit:
+            problems.append(Violation("soundness", f"{where}: partitions use {compute} compute slices of {limit}",
+                                      limit, compute, double=True))
     return problems
 
 

@@ -8,7 +8,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from kubernetes import client
 from hostenv.versions import release_for
 from testbed.host import hostdeps, progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
+from testbed.clusters.base import DriverPause, DriverRestart, DriverRoll, ImageLoading
+from testbed.clusters import driver_daemonsets
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.features import feature_gates, runtime_config
 from testbed.clusters.kind.driver import POLL_SECONDS, READY_TIMEOUT, KindDriver, kind_driver
@@ -46,8 +49,9 @@ BACKOFF_RANGE = (1, 300)  # seconds the kubelet accepts for crashLoopBackOff.max
 MAX_WORKERS, MAX_GPUS = 8, 32  # a kubelet container each; beyond these only with --allow-large
 
 
-class KindCluster(Cluster):
-    """A kind cluster: control plane + one worker per layout node."""
+class KindCluster(Cluster, DriverRestart, DriverRoll, DriverPause, ImageLoading):
+    """A kind cluster: control plane + one worker per layout node. Abilities: the driver's DaemonSets restarted,
+    rolled and paused through the API (testbed/clusters/driver_daemonsets.py); images loaded into the nodes."""
 
     backend = "kind"
 
@@ -137,7 +141,7 @@ class KindCluster(Cluster):
         check_size(spec.layout, "kind", MAX_WORKERS, MAX_GPUS, spec.allow_large)  # each worker is a container
         _backoff(spec.restart_backoff_max)  # refused before anything starts
         release = release_for(spec.k8s)
-        driver = kind_driver(spec.driver)  # refuses a driver kind kind cannot run before anything starts
+        driver = kind_driver(spec.driver)  # refuses a driver kind cannot run before anything starts
         try:
             for raised in ensure_limits():  # kind's workers do not join when they are low
                 progress.note(f"raised fs.inotify.{raised.name} from {raised.old} to {raised.new} machine-wide (kind's workers need it)")
@@ -379,13 +383,42 @@ class KindCluster(Cluster):
                 except Exception:  # noqa: BLE001 - fall back to removing containers directly
                     kind = None
             if kind is not None:
-                self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"), check=False)
+                try:
+                    self._kind(kind, "delete", "cluster", "--name", self.kind_name, "--kubeconfig", str(self.home / "kubeconfig.delete"), check=False)
+                except Exception:  # noqa: BLE001 - a kind that fails or hangs on a half-made cluster: its containers go directly
+                    pass
             self._remove_containers()
         remove_kind_network_if_unused()
         if not keep_home:
             shutil.rmtree(self.home, ignore_errors=True)
         else:
             (self.home / "kubeconfig.delete").unlink(missing_ok=True)
+
+    # -- abilities (testbed/clusters/base.py), through the API with a client that retries what a loaded
+    # control plane drops, so that only the driver's own answers show
+    @contextmanager
+    def _driver_api(self) -> Iterator[client.ApiClient]:
+        from testbed.kube.apiretry import retrying_client
+
+        api = retrying_client(str(self.kubeconfig()))
+        try:
+            yield api
+        finally:
+            api.close()
+
+    def restart_driver(self) -> None:
+        """Every driver pod deleted at once (grace 0, as a crash), back once their successors are ready."""
+        with self._driver_api() as api:
+            driver_daemonsets.restart_pods(api)
+
+    def roll_driver(self) -> None:
+        with self._driver_api() as api:
+            driver_daemonsets.roll_out(api)
+
+    @contextmanager
+    def driver_paused(self) -> Iterator[None]:
+        with self._driver_api() as api, driver_daemonsets.paused(api):
+            yield
 
     def status(self) -> ClusterStatus:
         if not self.exists():

@@ -1,41 +1,53 @@
-"""The driver on a kind cluster's GPU workers, behind one small interface per driver kind.
+"""What a driver implements to run on a kind cluster's GPU workers.
 
-Ours is two DaemonSets (dynamic and static MIG) of our driver image: a kubelet plugin and a slice publisher
-per node. NVIDIA's (a plugin binary or an image) is the DaemonSet of its chart (nvidia_driver.py). Each
-is a `KindDriver` in DRIVERS; deploying one removes the other.
+A driver here is DaemonSets on real kubelets, in a namespace of its own: ours (testbed/drivers/ours) from
+our driver image, NVIDIA's (testbed/drivers/nvidia) as its chart deploys it. Each registered driver
+(testbed.clusters.driver) names its `KindDriver` class for the "kind" backend; deploying one retires
+every other, as two drivers must not manage one node's GPUs.
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
-import json
+import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kubernetes import client
 
-from fake_gpus.driver.identity import DriverIdentity
-from testbed.host import progress
 from testbed.clusters.base import ClusterError
-from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
-from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT, POLICY_NAME
-from testbed.clusters.kind.nodes import NVML_LIB_IN_NODE, NVML_STATE_IN_NODE
+from testbed.clusters.driver import DriverSpec, DriverSpecError, implementations, unsupported
+from testbed.clusters.driver_identity import DRIVER_NAMESPACE
 from testbed.clusters.layout import Layout
-from testbed.templates import render_template
-
-if TYPE_CHECKING:
-    from testbed.clusters.kind.cluster import KindCluster
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.25  # up returns this much after the driver is ready, at worst
 
 
+class KindCluster(Protocol):
+    """What a driver uses of a running kind cluster (testbed.clusters.kind.cluster.KindCluster)."""
+
+    home: Path
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 120, kubeconfig: Path | None = None) -> subprocess.CompletedProcess: ...
+
+    def node_containers(self) -> list[str]: ...
+
+    def load_images(self, *references: str, workers_only: bool = False) -> None: ...
+
+    def api_client(self) -> client.ApiClient: ...
+
+
 class KindDriver(abc.ABC):
-    """How one kind of driver is deployed on a running kind cluster."""
+    """How one driver is deployed on a running kind cluster."""
+
+    runs: tuple[str, ...] = ()  # the ways of running it (DriverSpec.way) this class takes
+    namespace = DRIVER_NAMESPACE  # where its DaemonSets run
 
     def __init__(self, spec: DriverSpec) -> None:
+        if spec.way not in self.runs:
+            raise DriverSpecError(unsupported("kind", spec, self.runs))
         self.spec = spec
 
     def preflight(self) -> None:
@@ -56,6 +68,11 @@ class KindDriver(abc.ABC):
     def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
         """Deploy (or redeploy) on the GPU workers and return once every layout node has its slices."""
 
+    def retire_others(self, cluster: KindCluster) -> None:
+        """Remove every other registered driver deployed on `cluster` (see retire)."""
+        for other in {cls.namespace for cls in implementations("kind")} - {self.namespace}:
+            self.retire(cluster, other)
+
     def retire(self, cluster: KindCluster, namespace: str) -> None:
         """Remove another driver deployed in `namespace`, if there is one, with its kubelet-plugin files on
         the workers: both drivers may carry one name, and a plugin refuses the other's checkpoint."""
@@ -69,58 +86,6 @@ class KindDriver(abc.ABC):
             for node in cluster.node_containers():
                 if not node.endswith("-control-plane"):
                     docker("exec", node, "rm", "-rf", f"/var/lib/kubelet/plugins/{self.spec.name}", check=False)
-
-
-class OurDriver(KindDriver):
-    """Our fake-GPU driver image, built from this tree and loaded into the workers."""
-
-    def image(self, minor: str) -> str:
-        from testbed.clusters.kind.images.driver_image import ensure_driver_image
-
-        return ensure_driver_image(minor)
-
-    early_apply = True
-
-    def apply(self, cluster: KindCluster, layout: Layout, minor: str, kubeconfig: Path | None = None) -> None:
-        """Write and apply the device classes, RBAC, policy and DaemonSets (one per MIG kind in `layout`)."""
-        manifest, classes = cluster.home / "driver.yaml", cluster.home / "device-classes.json"
-        manifest.write_text(render_template(
-            "kind-driver.yaml.j2", namespace=DRIVER_NAMESPACE, service_account=DRIVER_SERVICE_ACCOUNT, policy=POLICY_NAME,
-            groups=_groups(layout),
-            image=self.image(minor), state_dir=NVML_STATE_IN_NODE, lib_dir=NVML_LIB_IN_NODE, k8s=minor, env=self.spec.process_env()))
-        classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": DriverIdentity(self.spec.name).device_classes()}))
-        cluster.kubectl("apply", "-f", str(classes), "-f", str(manifest), kubeconfig=kubeconfig, timeout=30)
-
-    def deploy(self, cluster: KindCluster, layout: Layout, minor: str) -> None:
-        """Load the driver image where it is missing, apply the manifests; wait for every GPU node's plugin
-        to run and its slices to appear."""
-        image = self.image(minor)
-        cluster.load_images(image, workers_only=True)  # the control plane runs no driver
-        manifest = cluster.home / "driver.yaml"
-        before = manifest.read_text() if manifest.is_file() else None
-        with progress.step(f"deploying the driver ({image})"):
-            from testbed.drivers.nvidia.kind import NVIDIA_NAMESPACE
-
-            self.retire(cluster, NVIDIA_NAMESPACE)
-            self.apply(cluster, layout, minor)
-            if before is not None and before != manifest.read_text():
-                # A redeploy with a new image or env: every node at once. The rolling update would replace the
-                # pods node by node (minutes per node on a loaded machine); node.rolling-update tests that path.
-                cluster.kubectl("-n", DRIVER_NAMESPACE, "delete", "pods", "-l", "app.kubernetes.io/name=dra-testbed-driver",
-                                "--wait=false")
-            for group in _groups(layout):  # a redeploy (new image or env) must be rolled out before tests go on
-                cluster.kubectl("-n", DRIVER_NAMESPACE, "rollout", "status", f"daemonset/dra-testbed-driver-{group['name']}",
-                                f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
-            wait_driver(cluster, layout)
-
-
-def _groups(layout: Layout) -> list[dict]:
-    """Our driver's DaemonSets for `layout`: dynamic (whole GPUs, dynamic MIG) and static MIG, those it needs."""
-    groups = []
-    for mig, modes in (("dynamic", ("whole", "dynamic-mig")), ("static", ("static-mig",))):
-        if any(n.mode.kind in modes for n in layout.nodes):
-            groups.append({"name": mig, "mig": mig, "modes": list(modes)})
-    return groups
 
 
 def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIMEOUT, namespace: str = DRIVER_NAMESPACE) -> None:
@@ -147,14 +112,6 @@ def wait_driver(cluster: KindCluster, layout: Layout, timeout: float = READY_TIM
         api.close()
 
 
-DRIVERS: dict[str, str] = {"ours": "testbed.clusters.kind.driver:OurDriver",
-                           "binary": "testbed.drivers.nvidia.kind:NvidiaKindDriver",
-                           "image": "testbed.drivers.nvidia.kind:NvidiaKindDriver"}
-
-
 def kind_driver(spec: DriverSpec) -> KindDriver:
-    """The kind implementation of `spec`; DriverSpecError naming the kinds kind runs otherwise."""
-    if spec.kind not in DRIVERS:
-        raise DriverSpecError(unsupported("kind", spec, tuple(DRIVERS)))
-    module, name = DRIVERS[spec.kind].split(":")
-    return getattr(importlib.import_module(module), name)(spec)
+    """The kind implementation of `spec`; DriverSpecError when kind cannot run it."""
+    return spec.implementation("kind")

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from testbed.errors import EnvironmentProblem
+
 # kind's known issues ("Pod errors due to too many open files")
 REQUIRED = {"max_user_instances": 512, "max_user_watches": 524288}
 PROC = Path("/proc")  # where the limits are read and written (a test points it at a directory of its own)
 
 
-class InotifyLimitError(RuntimeError):
+class InotifyLimitError(EnvironmentProblem):
     """The host's inotify limits are too low for kind and cannot be raised here; one line."""
 
 

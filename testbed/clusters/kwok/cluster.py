@@ -22,15 +22,17 @@ from hostenv.processes import alive, run_group, started_from, terminate
 from hostenv.versions import release_for
 from testbed.host import progress
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
+from testbed.clusters.base import DriverRestart, DriverRoll, NodeControl
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.driver_identity import apply_identity
 from testbed.clusters.features import as_flag, feature_gates, runtime_config
-from testbed.clusters.kwok.driver import DRIVERS, driver_class, kwok_driver
+from testbed.clusters.kwok.driver import kwok_driver, stop_every_driver
+from testbed.clusters.kwok.driver import KwokDriver
 from testbed.clusters.kwok.nodes import node_object
 from testbed.clusters.kwok.ports import component_ports
 from testbed.clusters.kwok.stages import StagesError, stages_yaml
 from testbed.clusters.kwok.tuning import component_patches
-from testbed.clusters.layout import Layout, check_layout, check_size
+from testbed.clusters.layout import Layout, NodeSpec, check_layout, check_size
 from testbed.templates import render_template
 from testbed.toolchain.resolve import ensure
 
@@ -48,8 +50,9 @@ def kwok_workdir() -> Path:
     return state_root() / "kwok"
 
 
-class KwokCluster(Cluster):
-    """A cluster of simulated GPU nodes on a real control plane."""
+class KwokCluster(Cluster, NodeControl, DriverRestart, DriverRoll):
+    """A cluster of simulated GPU nodes on a real control plane. Abilities: nodes join and leave through the
+    API, the driver restarts (deploy_driver) and rolls (KwokFleet.roll_to) where the driver follows that."""
 
     backend = "kwok"
 
@@ -101,7 +104,7 @@ class KwokCluster(Cluster):
         check_layout(spec.layout)
         check_size(spec.layout, "kwok", MAX_NODES, MAX_GPUS, spec.allow_large)
         release = release_for(spec.k8s)
-        driver = kwok_driver(spec.driver)  # refuses a driver kind KWOK cannot run before anything starts
+        driver = kwok_driver(spec.driver)  # refuses a driver KWOK cannot run before anything starts
         try:
             stages = stages_yaml(release.kwok)
         except StagesError as exc:
@@ -172,8 +175,7 @@ class KwokCluster(Cluster):
 
     def _stop_drivers(self) -> None:
         """Stop whichever driver runs (each kind's stop is a no-op when it does not)."""
-        for kind in DRIVERS:
-            driver_class(kind).stop(self.home)
+        stop_every_driver(self.home)
 
     def _start_control_plane(self, toolchain, spec: ClusterSpec, stages: str) -> Path:
         """Start the components and return the kubeconfig once the apiserver is healthy."""
@@ -289,12 +291,21 @@ class KwokCluster(Cluster):
 
     def _teardown(self, kwokctl: Path | None) -> None:
         """Stop every component, then remove kwokctl's and our directories; kill what kwokctl missed."""
-        self._stop_drivers()  # first, so it does not write to a control plane going away
+        # each step runs even when one before it failed: a half-made cluster (an interrupted `up`) may lack
+        # what a step expects, and whatever did start must still go; the first failure is raised at the end
+        failures: list[BaseException] = []
+        try:
+            self._stop_drivers()  # first, so it does not write to a control plane going away
+        except Exception as exc:  # noqa: BLE001 - raised below, once the rest is down
+            failures.append(exc)
         pids = self.pids()
         if kwokctl is not None and self.kwok_dir.exists():
             # kwokctl refuses an empty --kubeconfig on delete; give it a throwaway file, never ~/.kube/config
             self.home.mkdir(parents=True, exist_ok=True)
-            self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(self._contexts()), check=False)
+            try:
+                self._kwokctl(kwokctl, "delete", "cluster", "--kubeconfig", str(self._contexts()), check=False)
+            except Exception as exc:  # noqa: BLE001 - e.g. a hung kwokctl past its timeout: the kills below still run
+                failures.append(exc)
         for pid in pids.values():
             terminate(pid)
         # a kwokctl killed half-way may have started components it never recorded: they run from its bin/
@@ -302,6 +313,8 @@ class KwokCluster(Cluster):
             terminate(pid)
         shutil.rmtree(self.kwok_dir, ignore_errors=True)
         shutil.rmtree(self.home, ignore_errors=True)
+        if failures:
+            raise failures[0]
 
     def status(self) -> ClusterStatus:
         if not self.exists():
@@ -315,3 +328,67 @@ class KwokCluster(Cluster):
                                  detail=f"apiserver unreachable ({type(exc).__name__}); live components: {', '.join(sorted(running)) or 'none'}")
         return ClusterStatus(self.name, self.backend, True, kubeconfig, version, nodes, slices,
                              detail=f"components: {', '.join(sorted(running))}")
+
+    # -- abilities (testbed/clusters/base.py) -------------------------------------------------------
+    def _running_driver(self) -> DriverSpec:
+        return DriverSpec.from_dict((self.saved_spec() or {}).get("driver") or {})
+
+    @staticmethod
+    def follows_nodes(driver: DriverSpec) -> bool:
+        """Whether `driver` on KWOK serves nodes that join after `up` (ours: one publisher for every node the API
+        has); a vendor's binary serves the nodes it started with."""
+        return type(kwok_driver(driver)).join is not KwokDriver.join
+
+    def offers(self, ability: type) -> bool:
+        """Node changes and rolls only with a driver whose KWOK implementation follows them."""
+        if ability is NodeControl:
+            return self.follows_nodes(self._running_driver())
+        if ability is DriverRoll:
+            return type(kwok_driver(self._running_driver())).roll is not KwokDriver.roll
+        return True
+
+    def add_node(self, node: NodeSpec) -> None:
+        """The Node registers through the API and the publisher serves it from there; no layout change is
+        recorded and the stand-in kubelet gets no plugin for it (KwokFleet.add is a machine joining with both)."""
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        from testbed.kube.apiretry import retrying_client
+
+        api = retrying_client(str(self.kubeconfig()))
+        try:
+            k8s.CoreV1Api(api).create_node(body=node_object(node))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        finally:
+            api.close()
+
+    def remove_node(self, name: str) -> None:
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        from testbed.kube.apiretry import retrying_client
+
+        api = retrying_client(str(self.kubeconfig()))
+        try:
+            k8s.CoreV1Api(api).delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        finally:
+            api.close()
+
+    def restart_driver(self) -> None:
+        """The running driver stopped and started again with the same spec (deploy_driver)."""
+        self.deploy_driver(self._running_driver())
+
+    def roll_driver(self) -> None:
+        """A new generation of the running driver, node by node (KwokFleet.roll_to its own spec)."""
+        from testbed.clusters.kwok.fleet import KwokFleet
+
+        api = self.api_client()
+        try:
+            KwokFleet(self, api).roll_to(self._running_driver())
+        finally:
+            api.close()

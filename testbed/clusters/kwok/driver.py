@@ -1,40 +1,32 @@
-"""The driver on a KWOK cluster's simulated nodes, behind one small interface per driver kind.
+"""What a driver implements to run on a KWOK cluster's simulated nodes.
 
 KWOK nodes run no kubelet, so a driver here is host processes: ours is one ResourceSlice publisher for
-every node (fake_gpus.machine.launch) and, per node, our kubelet plugin, which the stand-in kubelet
-(testbed.kubelet) starts when the node's first claim-holding pod arrives and then calls as the kubelet
-would. A vendor's kubelet-plugin binary (a process per node) plugs in as another `KwokDriver` in DRIVERS.
+every node and, per node, a kubelet plugin that the stand-in kubelet (testbed.kubelet) starts when the
+node's first claim-holding pod arrives; a vendor's kubelet-plugin binary is a process per node. Each
+registered driver (testbed.clusters.driver) names its `KwokDriver` class for the "kwok" backend.
 """
 
 from __future__ import annotations
 
 import abc
-import hashlib
-import importlib
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC
-from fake_gpus.machine import launch
-from fake_gpus.nvml.build import ensure_library
-from hostenv.dirs import remove_tree
 from testbed.clusters.base import ClusterError
-from testbed.clusters.driver import DriverSpec, DriverSpecError, unsupported
-from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
+from testbed.clusters.driver import DriverSpec, DriverSpecError, implementations, unsupported
 from testbed.clusters.layout import Layout, NodeSpec
-from testbed.kubelet import process as standin
-from testbed.kube.waiting import WaitTimeout, until
 
 
 ROLL_TIMEOUT = 120.0  # seconds the stand-in gets to replace the nodes' plugins in a driver update (START_GRACE is 60)
 
 
 class KwokDriver(abc.ABC):
-    """How one kind of driver starts, becomes ready and stops on a KWOK cluster whose files are in `home`."""
+    """How one driver starts, becomes ready and stops on a KWOK cluster whose files are in `home`."""
+
+    runs: tuple[str, ...] = ()  # the ways of running it (DriverSpec.way) this class takes
 
     def __init__(self, spec: DriverSpec) -> None:
+        if spec.way not in self.runs:
+            raise DriverSpecError(unsupported("kwok", spec, self.runs))
         self.spec = spec
 
     @abc.abstractmethod
@@ -52,128 +44,24 @@ class KwokDriver(abc.ABC):
 
     def join(self, home: Path, kubeconfig: Path, node: NodeSpec) -> None:
         """Serve `node`, which joins (or changed its mode) while the driver runs, as a DaemonSet would."""
-        raise ClusterError(f"a driver of kind {self.spec.kind!r} on KWOK serves only the nodes it started with; valid for node changes: ours")
+        raise ClusterError(f"driver {self.spec.driver!r} on KWOK serves only the nodes it started with; valid for node changes: ours")
 
     def leave(self, home: Path, node: str) -> None:
         """Stop serving `node`, which left."""
-        raise ClusterError(f"a driver of kind {self.spec.kind!r} on KWOK serves only the nodes it started with; valid for node changes: ours")
+        raise ClusterError(f"driver {self.spec.driver!r} on KWOK serves only the nodes it started with; valid for node changes: ours")
 
     def roll(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
-        """Replace the running driver of this kind by this spec's, node by node as a DaemonSet's rolling
+        """Replace the running driver by this spec's, node by node as a DaemonSet's rolling
         update does, leaving the kubelets running; returns once it has published again."""
-        raise ClusterError(f"a driver of kind {self.spec.kind!r} on KWOK cannot be rolled; valid: ours (or deploy_driver)")
-
-
-def socket_root(home: Path) -> Path:
-    """Short-pathed directory for our plugins' sockets (a unix socket path has at most 107 bytes)."""
-    digest = hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / "dra-testbed-ours" / digest
-
-
-def plugin_dir(home: Path, node: str) -> Path:
-    """Our plugin's directory for `node` (its DRA socket, checkpoint and call log), the kubelet's
-    /var/lib/kubelet/plugins/<driver> on a real node; its registry directory is beside it."""
-    return socket_root(home) / hashlib.sha256(node.encode()).hexdigest()[:8] / "plugin"
-
-
-def remove_plugin_dirs(home: Path, node: str) -> None:
-    """Remove `node`'s plugin and registry directories (its plugin stopped), and the socket root with them once
-    no node's are left, and the shared `dra-testbed-ours` once no cluster's is."""
-    remove_tree(plugin_dir(home, node).parent, empty_parents=2)
-
-
-def remove_socket_root(home: Path) -> None:
-    """Remove the cluster's socket root, and the shared `dra-testbed-ours` with it once no cluster's is left."""
-    remove_tree(socket_root(home), empty_parents=1)
-
-
-class OurDriver(KwokDriver):
-    """Our fake-GPU driver: one publisher process for the whole cluster, writing each node's slices with that
-    node's own credential (the driver's service account, its token bound to the node); a kubelet plugin
-    per node on demand."""
-
-    def __init__(self, spec: DriverSpec) -> None:
-        super().__init__(spec)
-        self._proc: subprocess.Popen | None = None
-
-    def spawn(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
-        self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
-                                            node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
-        self._kubeconfig, self._layout = kubeconfig, layout
-
-    def wait(self, home: Path) -> None:
-        assert self._proc is not None, "wait() before spawn()"
-        try:
-            launch.wait_publisher(home, self._proc)
-        except RuntimeError as exc:
-            raise ClusterError(str(exc)) from exc
-        self._start_kubelet(home)
-
-    def _start_kubelet(self, home: Path) -> None:
-        """The stand-in kubelet, with each node's plugin to start when a pod there holds claims."""
-        plugins = {node.name: self.plugin(home, self._kubeconfig, node) for node in self._layout.nodes}
-        standin.start(home, self._kubeconfig, self.spec.name, {}, plugins)
-
-    def plugin(self, home: Path, kubeconfig: Path, node: NodeSpec) -> standin.OnDemand:
-        """How the stand-in starts `node`'s plugin: its MIG mode is the node's."""
-        where = plugin_dir(home, node.name).parent
-        mig = MIG_STATIC if node.mode.kind == "static-mig" else MIG_DYNAMIC
-        files = home / "plugins" / node.name
-        files.mkdir(parents=True, exist_ok=True)
-        return standin.OnDemand(
-            [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node.name,
-             "--state-dir", str(home / "nvml" / node.name), "--nvml-lib-dir", str(ensure_library()),
-             "--plugin-dir", str(where / "plugin"), "--registry-dir", str(where / "registry"),
-             "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(kubeconfig), "--mig", mig],
-            str(files / "plugin.log"), self.spec.process_env(), registry=str(where / "registry"))
-
-    def join(self, home: Path, kubeconfig: Path, node: NodeSpec) -> None:
-        standin.add_plugin(home, node.name, self.plugin(home, kubeconfig, node))
-
-    def leave(self, home: Path, node: str) -> None:
-        standin.remove_plugin(home, node)
-
-    def roll(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
-        launch.stop_publisher(home)
-        self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
-                                            node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
-        try:
-            launch.wait_publisher(home, self._proc)
-        except RuntimeError as exc:
-            raise ClusterError(str(exc)) from exc
-        running = {n.name: pid for n in layout.nodes if (pid := standin.plugin_pid(home, n.name)) is not None}
-        for node in layout.nodes:  # the stand-in replaces each plugin by one of this spec
-            self.join(home, kubeconfig, node)
-        # done, as a DaemonSet's rollout is, once every node that ran a plugin runs the new one: until then a
-        # kubelet call could still reach the old plugin, and a fault the new one brings would not show
-        replaced = lambda: all(standin.plugin_pid(home, n) not in (None, old) for n, old in running.items())  # noqa: E731
-        try:
-            until("the stand-in kubelet running the new plugins", replaced, timeout=ROLL_TIMEOUT, interval=0.1)
-        except WaitTimeout as exc:
-            raise ClusterError(f"driver update: {exc}") from exc
-
-    @classmethod
-    def stop(cls, home: Path) -> None:
-        standin.stop(home)
-        launch.stop_publisher(home)
-        remove_socket_root(home)
-
-
-# kind -> module:class, imported on first use: a vendor's driver (testbed/drivers/nvidia, NVIDIA's plugin as a process
-# per node) builds on KwokDriver, so importing it here at load time would be a cycle. Every kind is known
-# in any process, so that `down` stops whichever runs.
-DRIVERS: dict[str, str] = {"ours": "testbed.clusters.kwok.driver:OurDriver",
-                           "binary": "testbed.drivers.nvidia.kwok:NvidiaBinaryDriver"}
-
-
-def driver_class(kind: str) -> type[KwokDriver]:
-    """The KwokDriver class of a kind in DRIVERS."""
-    module, name = DRIVERS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+        raise ClusterError(f"driver {self.spec.driver!r} on KWOK cannot be rolled; valid: ours (or deploy_driver)")
 
 
 def kwok_driver(spec: DriverSpec) -> KwokDriver:
-    """The KWOK implementation of `spec`; DriverSpecError naming the kinds KWOK runs otherwise."""
-    if spec.kind not in DRIVERS:
-        raise DriverSpecError(unsupported("kwok", spec, tuple(DRIVERS)))
-    return driver_class(spec.kind)(spec)
+    """The KWOK implementation of `spec`; DriverSpecError when KWOK cannot run it."""
+    return spec.implementation("kwok")
+
+
+def stop_every_driver(home: Path) -> None:
+    """Stop whichever registered driver runs at `home` (each one's stop is a no-op when it does not)."""
+    for implementation in implementations("kwok"):
+        implementation.stop(home)

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from hostenv.goenv import go_binary, go_env
+from testbed.errors import EnvironmentProblem
 from testbed.kubelet import PREPARED_ANNOTATION
 
 MODULE = "sigs.k8s.io/kwok"
@@ -38,7 +39,7 @@ STAGES_ENV = "DRA_TESTBED_KWOK_STAGES"
 STAGE_CHOICES = ("gated", "kwok")
 
 
-class StagesError(RuntimeError):
+class StagesError(EnvironmentProblem):
     """kwok's default Stages could not be read."""
 
 

@@ -15,11 +15,13 @@ from filelock import FileLock
 
 from hostenv.dirs import cache_root
 
+from testbed.errors import EnvironmentProblem
+
 SOURCE = Path(__file__).with_name("cdi_hook.c")
 NAME = "nvidia-cdi-hook"
 
 
-class HookBuildError(RuntimeError):
+class HookBuildError(EnvironmentProblem):
     """The hook did not compile; one line with the compiler's complaint."""
 
 

@@ -1,7 +1,7 @@
 """NVIDIA's DRA driver on a kind cluster: its kubelet plugin as the chart deploys it, on the fake machine.
 
-DriverSpec kind `binary` (a gpu-kubelet-plugin executable: an image is built around it, nvidia_image.py)
-or `image` (an image already in the local Docker engine, e.g. NVIDIA's own: loaded as it is). Either
+From its binary (a gpu-kubelet-plugin executable: an image is built around it, kind_image.py) or from an
+image (already in the local Docker engine, e.g. NVIDIA's own: loaded as it is). Either
 runs as the DaemonSet of NVIDIA's Helm chart (templates/kind-nvidia-driver.yaml.j2) with the chart's
 DeviceClasses. The plugin reads the node's machine as on a real node: the driver root, /proc/driver
 and /sys/bus/pci views, the /proc/devices view as altProcDevices, the device nodes (gpu_nodes.py).
@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fake_gpus.machine import namespace
 from fake_gpus.machine.views import MachineViews
 from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed.host import progress
 from testbed.clusters.base import ClusterError
-from testbed.clusters.driver import DriverSpecError
+from testbed.clusters.driver import BINARY, IMAGE, DriverSpecError
 from testbed.host.docker.dockerd import image_present
-from testbed.clusters.kind.driver import DRIVER_NAMESPACE, READY_TIMEOUT, KindDriver, wait_driver
+from testbed.clusters.kind.driver import READY_TIMEOUT, KindCluster, KindDriver, wait_driver
 from testbed.clusters.layout import Layout
 from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
 from testbed.drivers.nvidia.classes import chart_device_classes
 from testbed.drivers.nvidia.plugin import feature_gates
 from testbed.templates import render_template
-
-if TYPE_CHECKING:
-    from testbed.clusters.kind.cluster import KindCluster
 
 NAME = "dra-driver-nvidia-gpu"  # the chart's name: DaemonSet, RBAC and label names derive from it
 NVIDIA_NAMESPACE = "nvidia-dra-driver-gpu"  # the namespace NVIDIA's install guide uses
@@ -42,12 +38,15 @@ GROUPS = (("", ("whole", "static-mig")), ("-dynamic-mig", ("dynamic-mig",)))
 class NvidiaKindDriver(KindDriver):
     """NVIDIA's gpu-kubelet-plugin, from a binary or an image, on every GPU worker."""
 
+    runs = (BINARY, IMAGE)
+    namespace = NVIDIA_NAMESPACE
+
     def preflight(self) -> None:
         """The image must be in the local engine, the binary an executable file: found out before a cluster is made."""
-        if self.spec.kind == "image" and not image_present(self.spec.image or ""):
+        if self.spec.image and not image_present(self.spec.image):
             raise DriverSpecError(f"image {self.spec.image!r} is not in the local Docker engine; `docker load` or build it "
                                   "first (no registry is reachable), or give --driver-binary PATH")
-        if self.spec.kind == "binary":
+        if self.spec.path:
             try:
                 plugin_binary(self.spec.path)
             except PluginNotFound as exc:
@@ -55,8 +54,7 @@ class NvidiaKindDriver(KindDriver):
 
     def image(self, minor: str = "") -> str:
         """The image to run: the given one (it must be in the local engine), or one built around the binary."""
-        if self.spec.kind == "image":
-            assert self.spec.image
+        if self.spec.image:
             if not image_present(self.spec.image):
                 raise ClusterError(f"image {self.spec.image!r} is not in the local Docker engine; `docker load` or build it first "
                                    "(no registry is reachable), or give --driver-binary PATH")
@@ -79,7 +77,7 @@ class NvidiaKindDriver(KindDriver):
         classes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": chart_device_classes()}))
         with progress.step(f"deploying NVIDIA's DRA driver ({image})"):
             # our driver's DaemonSets go first: two drivers must not manage one node's GPUs
-            self.retire(cluster, DRIVER_NAMESPACE)
+            self.retire_others(cluster)
             cluster.kubectl("apply", "-f", str(classes))
             cluster.kubectl("apply", "-f", str(manifest))
             for suffix, modes in GROUPS:

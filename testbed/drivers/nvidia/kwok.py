@@ -1,4 +1,4 @@
-"""NVIDIA's gpu-kubelet-plugin as the driver of a KWOK cluster (DriverSpec kind "binary").
+"""NVIDIA's gpu-kubelet-plugin as the driver of a KWOK cluster, from its binary.
 
 Hardware first: while the control plane starts, every layout node gets its fake GPUs, OS views and
 static MIG layout in `<home>/nvml/<node>` (the same place our publisher keeps them, so drivers can be
@@ -19,6 +19,7 @@ from fake_gpus.driver.nvml_adapter import NvmlLibrary
 from fake_gpus.machine.provision import provision
 from fake_gpus.nvml.build import SONAME, ensure_library
 from testbed.clusters.base import ClusterError
+from testbed.clusters.driver import BINARY
 from testbed.clusters.kwok.driver import KwokDriver
 from testbed.clusters.layout import Layout
 from testbed.kubelet import process as standin
@@ -29,6 +30,8 @@ from testbed.drivers.nvidia.classes import chart_device_classes
 
 class NvidiaBinaryDriver(KwokDriver):
     """One NVIDIA plugin process per simulated node."""
+
+    runs = (BINARY,)
 
     def spawn(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
         try:

@@ -25,12 +25,14 @@ from fake_gpus.machine.views import MachineViews
 from hostenv.dirs import remove_tree
 from hostenv.processes import alive, terminate
 
+from testbed.errors import EnvironmentProblem
+
 DRIVER = "gpu.nvidia.com"
 IMAGE_NAME = "dra-testbed.local/nvidia-gpu-kubelet-plugin:fake"  # required flag; nothing pulls it on KWOK
 START_TIMEOUT = 120.0
 
 
-class PluginError(RuntimeError):
+class PluginError(EnvironmentProblem):
     """A node's plugin exited or did not publish; one line with its last log line."""
 
 

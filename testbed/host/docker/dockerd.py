@@ -20,6 +20,7 @@ from pathlib import Path
 from hostenv.dirs import cache_root, state_root
 from hostenv.mounts import mounted_below, unmount_below
 from hostenv.processes import terminate
+from testbed.errors import EnvironmentProblem
 from testbed.host import hostdeps, progress
 from testbed.host.docker import firewall as engine_firewall
 
@@ -30,7 +31,7 @@ BRIDGE = "docker0"  # the default bridge every dockerd makes and, stopped, leave
 _started_here: set[int] = set()  # pids of the dockerds this process started
 
 
-class DockerError(RuntimeError):
+class DockerError(EnvironmentProblem):
     """The Docker engine is missing, would not start, or a docker command failed."""
 
 

@@ -23,6 +23,7 @@
 #define MAX_GPUS 64
 #define EXIT_USAGE 2
 #define EXIT_NVML 9 /* nvidia-smi's code when NVML does not initialize */
+#define EXIT_NO_MIG 6 /* nvidia-smi mig on a node whose GPUs have no MIG ("No MIG-supported devices found.") */
 
 static void usage(const char *what) {
     fprintf(stderr, "nvidia-smi: %s; valid: --version, -L, --query-gpu=FIELDS --format=csv[,noheader][,nounits], "
@@ -255,6 +256,16 @@ static const char *profile_name(nvmlDevice_t d, unsigned profile_id) {
     return "?";
 }
 
+/* Keep the GPUs that have MIG (GetMigMode answers); the real mig subcommands skip the others. */
+static int mig_capable(nvmlDevice_t *gpus, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned cur, pend;
+        if (nvmlDeviceGetMigMode(gpus[i], &cur, &pend) != NVML_ERROR_NOT_SUPPORTED) gpus[kept++] = gpus[i];
+    }
+    return kept;
+}
+
 static int mig_lgip(nvmlDevice_t *gpus, int n, int placements) {
     nvmlGpuInstanceProfileInfo_v2_t p[NVML_GPU_INSTANCE_PROFILE_COUNT];
     if (!placements) {
@@ -447,6 +458,10 @@ int main(int argc, char **argv) {
     else if (mig || compute || pm || timeslice) {
         int n = select_gpus(id, gpus);
         if (n < 0) status = 1;
+        else if (mig && (n = mig_capable(gpus, n)) == 0) {
+            printf("No MIG-supported devices found.\n");  /* what the real tool says on a T4, L4 or L40S, with exit 6 */
+            status = EXIT_NO_MIG;
+        }
         else if (mig) status = !strcmp(mig, "-lgip") ? mig_lgip(gpus, n, 0) : !strcmp(mig, "-lgipp") ? mig_lgip(gpus, n, 1)
                              : !strcmp(mig, "-lgi") ? mig_lgi(gpus, n) : mig_lci(gpus, n);
         else if (compute) status = set_compute_mode(gpus, n, compute);

@@ -24,6 +24,7 @@ from hostenv.versions import Release, release_for
 from testbed.host import hostdeps, progress
 from testbed.clusters.kind.images import node_components, node_files, rootfs
 from testbed.clusters.kind.images import node_storage
+from testbed.errors import EnvironmentProblem
 from testbed.host.docker.dockerd import DockerError, docker, ensure_engine, image_present
 from testbed.toolchain.resolve import ensure
 
@@ -35,7 +36,7 @@ BASE_REPO = "dra-testbed/debian-base"
 IMAGE_FORMAT = "1"  # bump when the node layout changes in a way the inputs' hash cannot see
 
 
-class ImageBuildError(RuntimeError):
+class ImageBuildError(EnvironmentProblem):
     """A node, driver or workload image could not be built; one line for the user."""
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from hostenv.dirs import cache_root
 from hostenv.mounts import unmount_below
 from hostenv.processes import stream
+from testbed.errors import EnvironmentProblem
 from testbed.host import hostdeps, progress
 
 SUITE = "bookworm"
@@ -33,7 +34,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 }
 
 
-class RootfsError(RuntimeError):
+class RootfsError(EnvironmentProblem):
     """debootstrap is missing or failed."""
 
 

@@ -1,7 +1,7 @@
-"""What the suite may do to a driver deployed as DaemonSets on a bed of its own (kind): restart its pods,
-roll it out again, keep it off the nodes for a while. Only the Kubernetes API is used, so any vendor's
-DaemonSet is handled like ours; the driver's DaemonSets are the ones whose pods mount the kubelet's
-plugin directory (that is how a DRA kubelet plugin reaches the kubelet).
+"""What may be done to a driver deployed as DaemonSets on a bed of our own (kind's abilities DriverRestart,
+DriverRoll, DriverPause): restart its pods, roll it out again, keep it off the nodes for a while. Only the
+Kubernetes API is used, so any vendor's DaemonSet is handled like ours; the driver's DaemonSets are the ones
+whose pods mount the kubelet's plugin directory (that is how a DRA kubelet plugin reaches the kubelet).
 """
 
 from __future__ import annotations
