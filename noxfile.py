@@ -45,8 +45,18 @@ def tests(session: nox.Session) -> None:
     # the suites that run it fail, each with the lookup's line, and the rest still run
     _nvidia_plugin(session, required=False)
     # the second minor's pool shape (a second cold toolchain) runs in `nox -s pool-shapes`; a -m in posargs wins
-    session.run("python", "-m", "pytest", "suites", "-q", "-ra", "--k8s", K8S, "-m", "not second_minor", "--durations=25",
+    # left out, each in a session of its own: the second minor's pool shape (`pool-shapes`: a second cold toolchain)
+    # and what needs helm (`renderers`: minutes to build cold); a -m in posargs wins
+    session.run("python", "-m", "pytest", "suites", "-q", "-ra", "--k8s", K8S, "-m", "not second_minor and not helm", "--durations=25",
                 "--junitxml", "reports/tests/junit.xml", *session.posargs, **UNTIL_CLEANED)
+
+
+@nox.session
+def renderers(session: nox.Session) -> None:
+    """`try --helm`: the tests marked `helm` that `nox -s tests` leaves out (helm built from its Go module on first
+    use, minutes on 2 cores, cached afterwards); kustomize's tests run in `nox -s tests`."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/outcomes", "-q", "-ra", "--k8s", K8S, "-m", "helm", *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session(name="pool-shapes")
@@ -183,3 +193,15 @@ def upstream(session: nox.Session) -> None:
     _prepare(session)
     args = session.posargs or ["--backend", "kwok", "--k8s", K8S, "--report", f"reports/upstream/kwok-{K8S}"]
     session.run("dra-testbed", "upstream-e2e", *args, **UNTIL_CLEANED)
+
+
+@nox.session(name="parity-boards")
+def parity_boards(session: nox.Session) -> None:
+    """Slice parity with NVIDIA's plugin for every board of the catalog x mode on both pool shapes (1.34 and
+    1.35+: a second control plane), and dynamic MIG on Ampere with MIG mode on and on nodes mixing MIG and
+    non-MIG boards; `nox -s tests` and `pool-shapes` run a representative set of boards."""
+    _prepare(session)
+    _nvidia_plugin(session)
+    session.run("python", "-m", "pytest", "suites/nvidia/test_slice_parity.py", "suites/nvidia/test_dynamic_mig_nodes.py",
+                "-q", "-ra", "--k8s", K8S, "-m", "cluster", "--durations=10", *session.posargs,
+                env={"DRA_TESTBED_PARITY_BOARDS": "all"}, **UNTIL_CLEANED)

@@ -29,10 +29,18 @@ class Release:
         return "v0." + self.kubernetes.removeprefix("v1.")
 
     def project_version(self, project: str) -> str:
-        """The pinned version of `kubernetes` (and its `kubernetes-test` binaries), `etcd`, `kwok` or `kind`."""
+        """The pinned version of `kubernetes` (and its `kubernetes-test` binaries), `etcd`, `kwok`, `kind`, or of
+        a renderer (`helm`, `kustomize`: one version for every minor)."""
+        if project in RENDERERS:
+            return RENDERERS[project]
         return {"kubernetes": self.kubernetes, "kubernetes-test": self.kubernetes, "etcd": self.etcd, "kwok": self.kwok,
                 "kind": self.kind}[project]
 
+
+# The tools `try -k` and `--helm` render manifests with; they only write YAML, so one version serves every
+# minor. Helm 4 is Helm's current major; kustomize v5.8.3 needs Go 1.27,
+# v5.8.2 is the newest that builds with Go 1.26.
+RENDERERS: dict[str, str] = {"helm": "v4.3.2", "kustomize": "v5.8.2"}
 
 # Patch releases are the newest that the Go module proxy serves for each minor; etcd follows
 # kubeadm's pairing; kind v0.30.0 is the first kind that defaults to a 1.34 node image.

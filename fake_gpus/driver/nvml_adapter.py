@@ -20,6 +20,7 @@ from typing import Iterator
 
 import pynvml
 
+from fake_gpus.driver.dynamic_offer import DynamicOffer, dynamic_offer
 from fake_gpus.driver.identity import ARCHITECTURE_NAMES, BRAND_NAMES, DeviceRef, mig_device_name, profile_token
 from fake_gpus.driver.pci import DEFAULT_SYSFS, read_place
 
@@ -119,6 +120,12 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...]
     pcie_root: str | None = None  # from sysfs, not NVML (see pci.py); None where sysfs does not say
     numa_node: int | None = None
+    nvml_architecture: int = 0  # NVML_DEVICE_ARCH_*; 0 where NVML does not say
+
+    @property
+    def dynamic_offer(self) -> DynamicOffer:
+        """What this GPU publishes in dynamic-MIG mode (fake_gpus.driver.dynamic_offer)."""
+        return dynamic_offer(self.mig_capable, self.mig_enabled, self.nvml_architecture)
 
     @property
     def memory_slices(self) -> int:
@@ -262,13 +269,14 @@ class Nvml:
         """One GPU by NVML index."""
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         capable, enabled = self.mig_mode(handle)
+        architecture = pynvml.nvmlDeviceGetArchitecture(handle)
         return Gpu(
             index=index,
             minor=pynvml.nvmlDeviceGetMinorNumber(handle),
             uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
             product_name=_text(pynvml.nvmlDeviceGetName(handle)),
             memory_mib=pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20,
-            architecture=ARCHITECTURE_NAMES.get(pynvml.nvmlDeviceGetArchitecture(handle), "Unknown"),
+            architecture=ARCHITECTURE_NAMES.get(architecture, "Unknown"),
             brand=BRAND_NAMES.get(pynvml.nvmlDeviceGetBrand(handle), "Unknown"),
             cuda_compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
             pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId),
@@ -276,6 +284,7 @@ class Nvml:
             mig_enabled=enabled,
             profiles=self.profiles(handle) if capable else (),
             mig_devices=self.instances(handle) if enabled else (),
+            nvml_architecture=architecture,
         )
 
     def node(self) -> NodeInventory:
@@ -307,13 +316,17 @@ class Nvml:
         raise DeviceError(f"MIG profile {token!r} is not offered by this GPU (NVML offers: {offered})")
 
     def device_names(self, minor: int, dynamic: bool) -> list[str]:
-        """Names of the devices of GPU `minor`: the GPU, then every possible (dynamic) or live (static) MIG device."""
-        names = [f"gpu-{minor}"]
+        """Names of the devices of GPU `minor`: dynamic, those its dynamic offer holds (the GPU, every possible
+        MIG device); static, the GPU, then its live MIG devices."""
         handle = self.gpu_by_minor(minor)
         if dynamic:
-            for profile in self.profiles(handle):
+            offer = dynamic_offer(*self.mig_mode(handle), pynvml.nvmlDeviceGetArchitecture(handle))
+            names = [f"gpu-{minor}"] if offer.full_gpu else []
+            for profile in self.profiles(handle) if offer.partitions else ():
                 names += [mig_device_name(minor, profile.name, profile.id, p.start) for p in profile.placements]
-        elif self.mig_enabled(handle):
+            return names
+        names = [f"gpu-{minor}"]
+        if self.mig_enabled(handle):
             by_id = {p.id: p for p in self.profiles(handle)}
             names += [mig_device_name(minor, by_id[m.profile_id].name, m.profile_id, m.start) for m in self.instances(handle) if m.profile_id in by_id]
         return names

@@ -2,7 +2,9 @@
 
 Modes: `whole` and `static-mig:<layout>` publish the devices that exist (whole GPUs, or the MIG devices
 of GPUs with MIG on); `dynamic-mig` publishes partitionable devices: one counter set per GPU, the full
-GPU and every profile x placement consuming counters. Slices are split so that every API limit of the
+GPU and every profile x placement consuming counters, each GPU in slices of its own, where NVIDIA's driver
+offers them (fake_gpus.driver.dynamic_offer: whole only without MIG or on Ampere with MIG mode off, no full
+GPU on Ampere with MIG mode on). Slices are split so that every API limit of the
 served Kubernetes minor holds (`ApiLimits`, read off k8s.io/api resource/v1 types.go and
 pkg/apis/resource/validation of each release).
 """
@@ -212,8 +214,10 @@ def counter_set(gpu: Gpu, faults: frozenset[str] = frozenset()) -> dict:
             "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices), scale)}
 
 
-def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset()) -> list[dict]:
-    """The full GPU and every profile x placement, each consuming its share of the GPU's counter set."""
+def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset(),
+                          full_gpu: bool = True) -> list[dict]:
+    """The full GPU (unless not `full_gpu`) and every profile x placement, each consuming its share of the
+    GPU's counter set."""
     full = whole_gpu_device(gpu, inv, driver, faults)
     # as NVIDIA's driver: the partitionable full GPU offers every engine, memory of the largest profile
     totals = counter_totals(gpu.profiles)
@@ -223,7 +227,7 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
     if "counters-undeclared" not in faults:
         full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                      "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices))}]
-    devices = [full]
+    devices = [full] if full_gpu else []
     for profile in gpu.profiles:
         for placement in profile.placements:
             slices = placement.slices
@@ -313,8 +317,11 @@ def _first_fit(units: list[tuple[list[dict], list[dict]]], limits: ApiLimits, fr
     return slices
 
 
-def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits) -> list[_Slice]:
-    """Slices holding every (counter set or None, devices) group, each slice within `limits`."""
+def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits, per_gpu: bool = False,
+          counter_slice: bool = False) -> list[_Slice]:
+    """Slices holding every (counter set or None, devices) group, each slice within `limits`. `per_gpu`: every
+    group starts a slice (NVIDIA's dynamic-MIG pools); `counter_slice`: on 1.35+ the counter sets' slice is
+    published even when no GPU has a set (NVIDIA's, on a node with a MIG-capable GPU: an empty slice)."""
     for _, devices in groups:
         for device in devices:
             check_device(device, limits)
@@ -328,12 +335,15 @@ def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits) -> li
         sets = [([c], []) for c, _ in groups if c]
         devices, fresh = [], set()
         for counter_set_, ds in groups:
-            if counter_set_ and ds:
+            if (counter_set_ or per_gpu) and ds:
                 fresh.add(len(devices))
             devices += [([], [d]) for d in ds]
-        return _first_fit(sets, limits) + _first_fit(devices, limits, frozenset(fresh))
+        set_slices = _first_fit(sets, limits) or ([_Slice()] if counter_slice else [])
+        return set_slices + _first_fit(devices, limits, frozenset(fresh))
     units, fresh = [], set()
     for counter_set_, devices in groups:
+        if per_gpu and devices:
+            fresh.add(len(units))
         if counter_set_:
             fresh.add(len(units))
             units.append(([counter_set_], devices))  # 1.34: a device's counter set must be in its slice
@@ -347,9 +357,10 @@ def device_groups(inv: NodeInventory, mode: Mode, driver: str, faults: frozenset
     if mode.kind == "dynamic-mig":
         groups = []
         for gpu in inv.gpus:
-            if gpu.profiles:
-                groups.append((counter_set(gpu, faults), partitionable_devices(gpu, inv, driver, faults)))
-            else:  # a GPU without MIG is offered whole
+            offer = gpu.dynamic_offer
+            if offer.partitions and gpu.profiles:
+                groups.append((counter_set(gpu, faults), partitionable_devices(gpu, inv, driver, faults, offer.full_gpu)))
+            else:  # no MIG, or Ampere with MIG mode off: offered whole, consuming nothing
                 groups.append((None, [whole_gpu_device(gpu, inv, driver, faults)]))
         return groups
     return [(None, live_devices(gpu, inv, driver, faults)) for gpu in inv.gpus]
@@ -362,7 +373,11 @@ def slice_name(node: str, driver: str, index: int) -> str:
 def build_slices(node: str, inv: NodeInventory, mode: Mode, limits: ApiLimits, identity: DriverIdentity,
                  faults: frozenset[str] = frozenset(), generation: int = 1, node_uid: str | None = None) -> list[dict]:
     """Every ResourceSlice of `node`'s pool (pool = node name) at `generation`."""
-    parts = split(device_groups(inv, mode, identity.driver, faults), limits)
+    # NVIDIA's dynamic-MIG pools: a slice per GPU; on 1.35+ the counter sets' slice first wherever a GPU
+    # has MIG (driver.go NewDriver chooses split slices only then; generateSplitResourceSlices)
+    dynamic = mode.kind == "dynamic-mig"
+    parts = split(device_groups(inv, mode, identity.driver, faults), limits, per_gpu=dynamic,
+                  counter_slice=dynamic and any(gpu.mig_capable for gpu in inv.gpus))
     if not parts:
         parts = [_Slice()]  # an empty pool still says so: one slice without devices
     metadata_base: dict = {"labels": dict(MANAGED_BY)}

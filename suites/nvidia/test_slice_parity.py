@@ -1,21 +1,26 @@
 """Slice parity: our driver publishes exactly what NVIDIA's gpu-kubelet-plugin publishes on the same fake hardware.
 
-For every board, whole GPUs, dynamic MIG and a static MIG layout: NVIDIA's plugin runs on a KWOK node's
-fake hardware (fake NVML, driver root, /proc and /sys views) and publishes; our driver's slices for that
-same node are built from the same NVML state and checked by the API server (dryRun). The comparison
-(testbed.drivers.nvidia.parity) leaves out only ALLOWED_DIFFERENCES; everything else must be identical. Both
+For every board, whole GPUs and, on MIG boards, dynamic MIG and a static MIG layout: NVIDIA's plugin runs
+on a KWOK node's fake hardware (fake NVML, driver root, /proc and /sys views) and publishes; our driver's
+slices for that same node are built from the same NVML state and checked by the API server (dryRun). The
+comparison (testbed.drivers.nvidia.parity) leaves out only ALLOWED_DIFFERENCES; everything else must be identical. Both
 minors whose pool shapes differ run: 1.34 (a GPU's counter set and devices in one slice) and 1.35 (the
 counter sets, then a devices slice per GPU), each on a bed of its own.
+
+The default run covers a representative set of boards (DEFAULT_PARITY_BOARDS: one or more per
+architecture, MIG and not); `DRA_TESTBED_PARITY_BOARDS=all` (`nox -s parity-boards`) runs every board of the
+catalog. Dynamic MIG on Ampere with MIG mode on, and nodes mixing MIG and non-MIG boards: test_dynamic_mig_nodes.py.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import pytest
 from kubernetes import client
 
-from fake_gpus.catalog import BOARD_KEYS, get_board
+from fake_gpus.catalog import BOARD_KEYS, CatalogError, get_board
 from fake_gpus.driver.slices import server_minor
 from fake_gpus.machine.provision import usable_layouts
 from testbed.clusters.layout import Layout, parse_node_flag
@@ -44,16 +49,43 @@ def on_minor(parity_bed, nvidia_binary) -> Iterator:
         yield make
 
 
-def _static_cases() -> list[tuple[str, str]]:
+# The default run's boards: every Hopper and Blackwell board, and one of Ampere (MIG) and Ada (no MIG). The
+# boards left out share a code path with one kept (a100-40gb and a30-24gb: a100-80gb's; l40s-48gb and
+# t4-16gb: l4-24gb's); together they cost ~13 s per minor (1.34, measured).
+DEFAULT_PARITY_BOARDS = ("h100-80gb", "h100-nvl-94gb", "h200-141gb", "b200-180gb", "gb200-186gb", "a100-80gb", "l4-24gb")
+BOARDS_ENV = "DRA_TESTBED_PARITY_BOARDS"
+
+
+def parity_boards(value: str | None) -> tuple[str, ...]:
+    """The boards of a run: DEFAULT_PARITY_BOARDS, `all` (the catalog) or a comma-separated list of keys."""
+    if not value:
+        return DEFAULT_PARITY_BOARDS
+    if value == "all":
+        return BOARD_KEYS
+    keys = tuple(k.strip() for k in value.split(",") if k.strip())
+    for key in keys:
+        get_board(key)  # one line naming the unknown board and the valid ones
+    return keys
+
+
+def board_cases(keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Every mode the board has: whole; dynamic MIG and its first usable named layout where it has MIG."""
     cases = []
-    for key in BOARD_KEYS:
-        layouts = usable_layouts(get_board(key))
+    for key in keys:
+        board = get_board(key)
+        cases.append((key, "whole"))
+        if board.mig_capable:
+            cases.append((key, "dynamic-mig"))
+        layouts = usable_layouts(board)
         if layouts:
             cases.append((key, f"static-mig:{next(iter(layouts))}"))
     return cases
 
 
-CASES = [(key, mode) for key in BOARD_KEYS for mode in ("whole", "dynamic-mig")] + _static_cases()
+try:
+    CASES = board_cases(parity_boards(os.environ.get(BOARDS_ENV)))
+except CatalogError as exc:
+    raise pytest.UsageError(f"${BOARDS_ENV}: {exc}") from None
 
 
 @pytest.mark.parametrize("board, mode", CASES, ids=[f"{b}-{m}" for b, m in CASES])

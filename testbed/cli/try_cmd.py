@@ -85,13 +85,27 @@ def run_on_fleet(manifests, layout: Layout, args: argparse.Namespace):
         return run_manifests(api, manifests, fleet=layout.name, minor=args.k8s, timeout=args.timeout, strict=args.strict)
 
 
+def rendered_inputs(args: argparse.Namespace) -> list:
+    """The kustomizations (-k) and the Helm chart (--helm) the options name; rendered when the manifests load."""
+    from hostenv.versions import release_for
+    from testbed.outcomes.inputs import HelmChart, Kustomization
+
+    found: list = [Kustomization(Path(directory)) for directory in args.kustomize]
+    if args.helm:
+        found.append(HelmChart(Path(args.helm), tuple(Path(v) for v in args.values), tuple(args.set), args.release,
+                               release_for(args.k8s).kubernetes))
+    elif args.values or args.set:
+        raise TryUsageError("--values and --set are a Helm chart's: give the chart with --helm CHART")
+    return found
+
+
 def cmd_try(args: argparse.Namespace) -> int:
     from testbed.outcomes import render
     from testbed.outcomes.layouts import fleet_layout
     from testbed.outcomes.manifests import ManifestError, load
 
     try:
-        manifests = load([*args.manifests, *args.filename], args.recursive)
+        manifests = load([*args.manifests, *args.filename, *rendered_inputs(args)], args.recursive)
         fleets = [fleet_layout(args.fleet, args.node)] + ([resolve_fleet(args.compare)] if args.compare else [])
         if args.compare and fleets[0].name == fleets[1].name:
             fleets[1] = dataclasses.replace(fleets[1], name=f"{fleets[1].name}-b")
@@ -126,6 +140,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("manifests", nargs="*", metavar="MANIFEST", help="YAML files or directories of them (- for standard input)")
     p.add_argument("-f", "--filename", action="append", default=[], metavar="FILE|DIR|-", help="as kubectl -f: a file, a directory, or - (standard input); repeatable")
     p.add_argument("-R", "--recursive", action="store_true", help="read directories' subdirectories too (as kubectl -R)")
+    p.add_argument("-k", "--kustomize", action="append", default=[], metavar="DIR", help="as kubectl -k: what `kustomize build DIR` writes; repeatable")
+    p.add_argument("--helm", metavar="CHART", help="what `helm template` renders from this chart (a directory or .tgz), offline")
+    p.add_argument("--values", action="append", default=[], metavar="FILE", help="a values file for --helm; repeatable")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a value for --helm, as helm --set; repeatable")
+    p.add_argument("--release", default="try", metavar="NAME", help="the release name --helm renders with (default try)")
     p.add_argument("--strict", action="store_true", help="refuse unknown and duplicate fields (exit 2, nothing created) instead of warning")
     p.add_argument("--fleet", help="layout file or name in clusters/layouts/ (e.g. mixed-h100-b200)")
     p.add_argument("--node", action="append", default=[], metavar="NAME=BOARD:COUNT:MODE", help="a GPU node of the fleet, as `up` takes it (instead of --fleet); repeatable")

@@ -3,7 +3,7 @@
 k8s.io/kubernetes replaces its k8s.io/* staging modules with local paths, so it cannot be built with
 `go install pkg@version`; a small wrapper module requires it and points each staging module at its
 published v0.X.Y. etcd's server module has local replaces too and gets a two-line wrapper main.
-kwok and kind build with `go install pkg@version`.
+kwok, kind, helm and kustomize build with `go install pkg@version`.
 """
 
 from __future__ import annotations
@@ -138,12 +138,17 @@ def build_etcd(version: str, binaries: tuple[str, ...], out: Path, log: Path, pr
 INSTALL_PACKAGES = {
     "kwok": {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
     "kind": {"kind": "sigs.k8s.io/kind"},
+    "helm": {"helm": "helm.sh/helm/v4/cmd/helm"},
+    "kustomize": {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"},
 }
+# Helm reports the version its Makefile stamps in, not its module's: unstamped it says only "v4.3".
+VERSION_STAMPS = {"helm": "-X helm.sh/helm/v4/internal/version.version={version}"}
 
 
 def build_installable(project: str, version: str, binaries: tuple[str, ...], out: Path, log: Path, progress: Progress | None) -> None:
-    """`go install pkg@version` for projects whose modules build as published (kwok, kind)."""
+    """`go install pkg@version` for projects whose modules build as published (kwok, kind, helm, kustomize)."""
     work = _workdir(f"{project}-{version}")
     env = go_env(CGO_ENABLED="0", GOBIN=str(out))
     packages = [f"{INSTALL_PACKAGES[project][b]}@{version}" for b in binaries]
-    run_go([go_binary(), "install", "-v", "-trimpath", "-ldflags", "-s -w", *packages], work, log, progress, env)
+    ldflags = " ".join(["-s -w", VERSION_STAMPS.get(project, "").format(version=version)]).strip()
+    run_go([go_binary(), "install", "-v", "-trimpath", "-ldflags", ldflags, *packages], work, log, progress, env)

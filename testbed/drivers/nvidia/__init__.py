@@ -9,17 +9,14 @@ from testbed.clusters.driver import BINARY, IMAGE, DriverKind, DriverSpecError, 
 
 
 def _find_binary(explicit: str | None) -> Path:
-    """The plugin by binary.py's order, saying which one runs; a plugin nowhere to be found is refused in one line
-    before anything starts."""
+    """The plugin by binary.py's order; a plugin nowhere to be found is refused in one line before anything starts
+    (the backends say which binary runs when they start it)."""
     from testbed.drivers.nvidia.binary import PluginNotFound, find_plugin
-    from testbed.host import progress
 
     try:
-        found = find_plugin(explicit)
+        return find_plugin(explicit).path
     except PluginNotFound as exc:
         raise DriverSpecError(str(exc)) from None
-    progress.note(f"NVIDIA's gpu-kubelet-plugin: {found}")
-    return found.path
 
 
 register(DriverKind(

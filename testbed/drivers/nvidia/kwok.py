@@ -22,6 +22,7 @@ from testbed.clusters.base import ClusterError
 from testbed.clusters.driver import BINARY
 from testbed.clusters.kwok.driver import KwokDriver
 from testbed.clusters.layout import Layout
+from testbed.host import progress
 from testbed.kubelet import process as standin
 from testbed.drivers.nvidia import plugin
 from testbed.drivers.nvidia.binary import PluginNotFound, plugin_binary
@@ -38,6 +39,7 @@ class NvidiaBinaryDriver(KwokDriver):
             self.binary = plugin_binary(self.spec.path)
         except PluginNotFound as exc:
             raise ClusterError(str(exc)) from exc
+        progress.note(f"NVIDIA's gpu-kubelet-plugin: {self.binary}")
         self.kubeconfig, self.layout = kubeconfig, layout
         nvml = NvmlLibrary(ensure_library() / SONAME)
         self.views = {node.name: provision(plugin.state_dir(home, node.name), node.hardware, nvml=nvml) for node in layout.nodes}
