@@ -65,7 +65,7 @@ def test_the_node_contract_refuses_it_without_reading_the_catalog() -> None:
 
 
 def test_up_refuses_it_with_exit_2_before_anything_starts() -> None:
-    done = subprocess.run([sys.executable, "-m", "testbed.cli.main", "up", "--node", "n=t4-16gb:4:dynamic-mig"],
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "up", "--node", "n=t4-16gb:4:dynamic-mig"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith("mode dynamic-mig needs MIG, which board t4-16gb does not have; valid mode for t4-16gb: whole")

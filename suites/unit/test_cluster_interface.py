@@ -87,3 +87,11 @@ def test_reuse_compares_minor_layout_and_driver_with_its_faults() -> None:
     faulty = ClusterSpec(name="a", layout=LAYOUT, driver=DriverSpec(env=fault_env(["wrong-memory"])))
     assert "its driver differs" in spec_mismatch(saved, faulty) and "wrong-memory" in spec_mismatch(saved, faulty)
     assert spec_mismatch(None, spec) == "it has no recorded spec"
+
+
+def test_a_spec_recorded_before_the_driver_registry_reads_back_as_its_driver() -> None:
+    # spec.json of a bed kept from before drivers were registered: "kind" ours | binary | image (NVIDIA's)
+    assert DriverSpec.from_dict({"kind": "ours", "name": "gpu.nvidia.com"}).driver == "ours"
+    assert DriverSpec.from_dict({"kind": "binary", "path": "/p", "name": "gpu.nvidia.com"}) == DriverSpec("nvidia", "gpu.nvidia.com", path="/p")
+    assert DriverSpec.from_dict({"kind": "image", "image": "r/i:1", "name": "gpu.nvidia.com"}).way == "image"
+    assert DriverSpec.from_dict(DriverSpec("nvidia", path="/p").as_dict()) == DriverSpec("nvidia", path="/p")

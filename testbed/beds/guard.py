@@ -18,8 +18,10 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 DONE = b"done"
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def watch(cluster) -> int:
@@ -27,9 +29,12 @@ def watch(cluster) -> int:
     by the owner's other children (Python's descriptors are non-inheritable), so only the owner's end counts."""
     read_end, write_end = os.pipe()
     target = f"{type(cluster).__module__}:{type(cluster).__qualname__}"
+    # the project importable whatever the owner's working directory, as the publisher and the stand-in kubelet get it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(_REPO), os.environ.get("PYTHONPATH", "")) if p)}
     try:
         subprocess.Popen([sys.executable, "-m", "testbed.beds.guard", target, cluster.name, str(read_end)], pass_fds=(read_end,),
-                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=env)
     finally:
         os.close(read_end)
     return write_end
@@ -54,6 +59,9 @@ def main(argv: list[str]) -> int:
     if said == DONE:
         return 0
     module, cls = target.split(":")
+    # every driver under test registered, so the backend's delete stops whichever of them runs (this package's
+    # import does it too, through the life cycle; said here because the delete depends on it)
+    importlib.import_module("testbed.clusters.registry")
     getattr(importlib.import_module(module), cls)(name).delete()  # safe on a half-made or half-removed cluster
     return 0
 

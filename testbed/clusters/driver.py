@@ -133,8 +133,9 @@ class DriverSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> DriverSpec:
-        return cls(data.get("driver", OURS), data.get("name") or current_identity().driver, data.get("path"), data.get("image"),
-                   dict(data.get("env") or {}))
+        # a spec.json written before drivers were registered says "kind": ours, binary or image (the last two NVIDIA's)
+        driver = data.get("driver") or (OURS if data.get("kind", OURS) == OURS else "nvidia")
+        return cls(driver, data.get("name") or current_identity().driver, data.get("path"), data.get("image"), dict(data.get("env") or {}))
 
 
 def parse_driver(text: str = OURS, name: str | None = None, binary: str | None = None, image: str | None = None) -> DriverSpec:

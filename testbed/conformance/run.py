@@ -15,6 +15,7 @@ from testbed.conformance import generated, name_checks, node_checks, sched_check
 from testbed.conformance.checks import Check
 from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, CheckFailed, Evidence, NotRun, Outcome
 from testbed.conformance.subject import Subject
+from testbed.host import interrupts
 
 Probe = Callable[[Subject, Evidence], None]
 
@@ -79,6 +80,10 @@ def run_check(check: Check, subject: Subject, root: Path, log: Callable[[str], N
         except NotRun as exc:
             verdict, message = NOT_RUN, str(exc)
         except Exception as exc:  # noqa: BLE001 - the suite's own failure is recorded, the run goes on
+            if interrupts.received():
+                # Ctrl-C or SIGTERM landed in the check and a cleanup on the way out raised in its place (an API
+                # call refused mid-teardown): the run stops, it must not go on to an "incomplete" verdict
+                raise KeyboardInterrupt(f"interrupted during {check.id}") from exc
             evidence.write("traceback.txt", traceback.format_exc())
             verdict, message = ERROR, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         finally:

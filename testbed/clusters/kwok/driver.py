@@ -63,5 +63,8 @@ def kwok_driver(spec: DriverSpec) -> KwokDriver:
 
 def stop_every_driver(home: Path) -> None:
     """Stop whichever registered driver runs at `home` (each one's stop is a no-op when it does not)."""
-    for implementation in implementations("kwok"):
+    found = implementations("kwok")
+    if not found:  # a process that loaded no driver package would stop nothing and say nothing
+        raise ClusterError("no driver under test is registered in this process (its driver packages were never loaded): nothing would be stopped")
+    for implementation in found:
         implementation.stop(home)

@@ -19,7 +19,7 @@ from testbed.clusters.kind.images.node_image import PATH_ENV, derive_image, drop
 from testbed.drivers.nvidia.cdi_hook import ensure_cdi_hook
 from testbed.toolchain.store import sha256_of
 
-PLUGIN_REPO = "dra-testbed/drivers/nvidia-gpu-kubelet-plugin"
+PLUGIN_REPO = "dra-testbed/nvidia-gpu-kubelet-plugin"
 PLUGIN_IN_IMAGE = "/usr/bin/gpu-kubelet-plugin"
 HOOK_IN_IMAGE = "/usr/bin/nvidia-cdi-hook"
 
