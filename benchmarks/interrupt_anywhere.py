@@ -96,19 +96,10 @@ def _default_signals() -> None:
 
 
 @dataclass
-class Leftovers:
-    """What one run left behind."""
+class Leftovers(leftovers.Found):
+    """What one run left behind: the scanner's findings, and the clusters whose directories are not empty."""
 
-    processes: dict[int, str] = field(default_factory=dict)
-    ports: list[int] = field(default_factory=list)
-    containers: list[str] = field(default_factory=list)
-    mounts: list[str] = field(default_factory=list)
     clusters: list[str] = field(default_factory=list)  # "backend/name" with a non-empty directory left in the state
-    files: list[str] = field(default_factory=list)
-    temp: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return any(asdict(self).values())
 
     def summary(self) -> str:
         parts = []

@@ -7,7 +7,6 @@ Fast and cluster-free: parsers are built, nothing is run but `benchmarks/X.py --
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import io
 import importlib.util
@@ -19,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+from suites.unit.nox_sessions import nox_sessions, sessions_named
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -125,23 +126,9 @@ def all_commands() -> list[tuple[str, list[str]]]:
 
 
 @lru_cache(maxsize=None)
-def nox_sessions() -> frozenset[str]:
-    tree = ast.parse((ROOT / "noxfile.py").read_text())
-    names = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for dec in node.decorator_list:
-            target = dec.func if isinstance(dec, ast.Call) else dec
-            if ast.unparse(target) not in ("nox.session", "session"):
-                continue
-            name = node.name
-            if isinstance(dec, ast.Call):
-                for kw in dec.keywords:
-                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
-                        name = kw.value.value
-            names.add(name)
-    return frozenset(names)
+@lru_cache(maxsize=None)
+def noxfile_sessions() -> frozenset[str]:
+    return frozenset(nox_sessions(ROOT / "noxfile.py"))
 
 
 @lru_cache(maxsize=None)
@@ -165,15 +152,8 @@ def _check_dra_testbed(args: list[str]) -> str | None:
 
 
 def _check_nox(args: list[str]) -> str | None:
-    args = args[:args.index("--")] if "--" in args else args
-    names = []
-    for i, word in enumerate(args):
-        if word in ("-s", "--session", "--sessions", "-e"):
-            for name in args[i + 1:]:
-                if name.startswith("-"):
-                    break
-                names.append(name)
-    unknown = [n for n in names if n not in nox_sessions()]
+    names = sessions_named(args[:args.index("--")] if "--" in args else args)  # posargs after `--` go to the session
+    unknown = [n for n in names if n not in noxfile_sessions()]
     return f"no nox session {unknown[0]!r} in noxfile.py" if unknown else None
 
 

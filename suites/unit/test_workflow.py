@@ -3,52 +3,16 @@ covers backend x minor x driver, a conformance job and the upstream suite per mi
 
 from __future__ import annotations
 
-import ast
-import re
-import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
 from hostenv.versions import RELEASES
+from suites.unit.nox_sessions import nox_sessions, sessions_called
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
-
-
-def nox_sessions(noxfile: Path) -> set[str]:
-    """Session names of a noxfile: functions decorated with @nox.session, named by `name=` or the function."""
-    names = set()
-    for node in ast.walk(ast.parse(noxfile.read_text())):
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for deco in node.decorator_list:
-            call = deco if isinstance(deco, ast.Call) else None
-            target = call.func if call else deco
-            if ast.unparse(target) not in ("nox.session", "session"):
-                continue
-            named = [k.value.value for k in (call.keywords if call else []) if k.arg == "name" and isinstance(k.value, ast.Constant)]
-            names.add(named[0] if named else node.name)
-    return names
-
-
-def sessions_called(command: str) -> list[str]:
-    """Sessions named by each `nox -s A [B]` / `--session A` / `--sessions A` in a shell line ([] if none)."""
-    found: list[str] = []
-    for part in re.split(r"&&|\|\||;|\n", command):
-        words = shlex.split(part)
-        if not any(w == "nox" or w.endswith("/nox") for w in words):
-            continue
-        for i, word in enumerate(words):
-            if word in ("-s", "--session", "--sessions", "-e"):
-                for name in words[i + 1:]:
-                    if name.startswith("-"):
-                        break
-                    found.append(name)
-            elif word.startswith("--session=") or word.startswith("--sessions="):
-                found += word.split("=", 1)[1].split(",")
-    return found
 
 
 def bad_run_steps(workflow: dict, sessions: set[str]) -> list[str]:
