@@ -69,6 +69,17 @@ def pool_shapes(session: nox.Session) -> None:
                 "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
 
 
+@nox.session(name="sharing")
+def sharing(session: nox.Session) -> None:
+    """Shared GPUs past the default minor: slice parity with NVIDIA's plugin under consumable shares on 1.36, and
+    the allocation machine on shared GPUs (a 1.35+ bed: 1.34.4's allocator misjudges shares), the tests of
+    suites/nvidia/test_shares_parity.py and suites/properties/test_sharing_machine.py marked `second_minor`."""
+    _prepare(session)
+    _nvidia_plugin(session)
+    session.run("python", "-m", "pytest", "suites/nvidia/test_shares_parity.py", "suites/properties/test_sharing_machine.py",
+                "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
+
+
 @nox.session
 def e2e(session: nox.Session) -> None:
     """The main job: the default test bed (KWOK, mixed H100/B200) and the end-to-end suites against it; ends with

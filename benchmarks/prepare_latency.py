@@ -66,10 +66,12 @@ def make_claims(api: client.ApiClient, device: str, n: int, pool: str = NODE) ->
     return claims
 
 
-def start_plugin(root: Path, state_dir: Path, kubeconfig: Path, k8s: str, node: str = NODE) -> subprocess.Popen:
+def start_plugin(root: Path, state_dir: Path, kubeconfig: Path, k8s: str, node: str = NODE,
+                 more: tuple[str, ...] = ()) -> subprocess.Popen:
+    """Our plugin for `node`, serving; `more`: further flags (e.g. --consumable-shares 4)."""
     args = [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node, "--state-dir", str(state_dir),
             "--nvml-lib-dir", str(ensure_library()), "--plugin-dir", str(root / "plugin"), "--registry-dir", str(root / "registry"),
-            "--cdi-dir", str(root / "cdi"), "--kubeconfig", str(kubeconfig), "--k8s", k8s]
+            "--cdi-dir", str(root / "cdi"), "--kubeconfig", str(kubeconfig), "--k8s", k8s, *more]
     env = {k: v for k, v in os.environ.items() if k not in ("DRA_TESTBED_FAULTS", "NVIDIA_VISIBLE_DEVICES")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)

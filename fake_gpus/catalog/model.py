@@ -12,11 +12,12 @@ __all__ = ["ARCHITECTURES", "COMPUTE_SLICES", "DEFAULT_SOURCE", "GPUS_PER_NODE_M
            "Board", "CatalogError", "ComputeInstanceProfile", "GpuInstanceProfile", "ci_label", "provenance_class"]
 
 # Most MIG boards split memory into 8 slices (3g takes 4 of them, 7g all 8) and compute into 7; the A30
-# splits both into 4 (NVIDIA MIG User Guide, each supported GPU's profile table). A board without MIG
+# splits both into 4 (NVIDIA MIG User Guide, each supported GPU's profile table); the RTX PRO 6000 splits
+# compute into 4 and memory into 12 (its real `nvidia-smi mig -lgipp`: 1g {0,3,6,9}:3, 4g {0}:12). A board without MIG
 # (T4, L4, L40S) has no memory slices: its file says 0 and lists no profiles. COMPUTE_SLICES is the most
 # any board has; a board's own count is its largest profile's (Board.compute_slices).
 MEMORY_SLICES = 8
-MIG_MEMORY_SLICES = (4, 8)
+MIG_MEMORY_SLICES = (4, 8, 12)
 COMPUTE_SLICES = 7
 NVIDIA_PCI_VENDOR = 0x10DE
 # The most GPUs of one board a node holds: HGX/DGX baseboards carry 4 or 8 (H100/H200 datasheets, HGX and
@@ -114,7 +115,7 @@ class Board:
     encoders: int | None
     jpeg_engines: int | None
     ofa_engines: int | None
-    memory_slices: int  # 8, 4 (A30) or 0 (no MIG)
+    memory_slices: int  # 8, 4 (A30), 12 (RTX PRO 6000) or 0 (no MIG)
     gpus_per_node: int  # most GPUs of this board one node holds (HGX baseboard, NVL72 compute tray, PCIe server)
     gpu_instance_profiles: tuple[GpuInstanceProfile, ...]
     sources: Mapping[str, str]  # fact path -> citation

@@ -30,6 +30,9 @@ FAULTS: dict[str, str] = {
     "parent-uuid-unstable": "partitionable MIG devices carry a parentUUID of their own instead of their GPU's UUID",
     "joined-node-unpublished": "a node that joins after the publisher started gets no slices (only the nodes listed at start do)",
     "mode-switch-ignored": "a node whose hardware labels change (a mode switch) keeps the hardware and slices of its old labels",
+    "shares-not-multiple": "with consumable shares on, devices publish their capacity request policies but not allowMultipleAllocations",
+    "shares-exceed-device": "with consumable shares on, a device's memory request policy lets one claim take twice the memory the device has",
+    "shares-step-not-divisor": "with consumable shares on, the memory request policy's step (3Mi) does not divide the device's memory",
     # (+ the under-declared profiles below)
     # kubelet plugin
     "prepare-fails": "NodePrepareResources answers every claim with an error",
@@ -39,7 +42,11 @@ FAULTS: dict[str, str] = {
     "cdi-all-devices": "the CDI spec of a whole-GPU claim exposes every GPU of the node, not only the allocated ones",
     "checkpoint-lost": "a restarted kubelet plugin forgets what it had prepared, so unpreparing those claims leaks their MIG instances",
     "admin-access-refused": "a whole GPU already prepared for one claim is refused to a second (admin-access) claim",
+    "nvml-chooses-placement": "a dynamic MIG device is created where NVML puts a new instance of its profile, not at the allocated placement",
+    "sharing-ignored": "prepare succeeds but applies no sharing strategy (TimeSlicing sets no time slice, MPS starts no control daemon)",
 }
+
+NVML_PLACES_FAULT = "nvml-chooses-placement"  # read by the NVML adapter (nvml_adapter.Nvml.open)
 
 # One MIG profile under-declared: its devices leave memory-slice counters of their placement out of
 # consumesCounters, so its partitions overlap others physically while the scheduler sees them disjoint.

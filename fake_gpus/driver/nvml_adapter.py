@@ -21,6 +21,7 @@ from typing import Iterator
 import pynvml
 
 from fake_gpus.driver.dynamic_offer import DynamicOffer, dynamic_offer
+from fake_gpus.driver.faults import NVML_PLACES_FAULT, active_faults
 from fake_gpus.driver.identity import ARCHITECTURE_NAMES, BRAND_NAMES, DeviceRef, mig_device_name, profile_token
 from fake_gpus.driver.pci import DEFAULT_SYSFS, read_place
 
@@ -220,14 +221,17 @@ class Nvml:
     Not thread-safe on its own: callers serialise (NVML state changes are not atomic across the GI/CI
     steps anyway). Profiles are cached per GPU UUID for the life of the object."""
 
-    def __init__(self) -> None:
+    def __init__(self, nvml_places: bool = False) -> None:
         self._profiles: dict[str, tuple[MigProfile, ...]] = {}
+        # the fault `nvml-chooses-placement`: new GPU instances go where NVML puts them, not where allocated
+        self.nvml_places = nvml_places
 
     @classmethod
     def open(cls) -> Nvml:
-        """nvmlInit, held until close() (the plugin's one long session on its node)."""
+        """nvmlInit, held until close() (the plugin's one long session on its node); the plugin's fault
+        switches are its process's (faults.active_faults), so the one that concerns NVML is read here."""
         pynvml.nvmlInit()
-        return cls()
+        return cls(nvml_places=NVML_PLACES_FAULT in active_faults())
 
     def close(self) -> None:
         pynvml.nvmlShutdown()
@@ -383,7 +387,10 @@ class Nvml:
         placement = pynvml.c_nvmlGpuInstancePlacement_t()
         placement.start, placement.size = start, size
         try:
-            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile.id, ctypes.pointer(placement))
+            if self.nvml_places:  # the fault: any free placement NVML likes, whatever was allocated
+                gi = pynvml.nvmlDeviceCreateGpuInstance(handle, profile.id)
+            else:
+                gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile.id, ctypes.pointer(placement))
         except pynvml.NVMLError as exc:
             raise DeviceError(f"creating GPU instance {profile.name} at slices {start}..{start + size - 1}: {exc}") from exc
         try:
@@ -393,8 +400,9 @@ class Nvml:
             raise DeviceError(f"creating the compute instance of {profile.name}: {exc}") from exc
         gi_info = pynvml.nvmlGpuInstanceGetInfo(gi)
         ci_info = pynvml.nvmlComputeInstanceGetInfo(ci)
+        # where NVML says the instance is (with the fault, not where it was asked for): what the plugin records
         return MigDevice(_text(pynvml.nvmlDeviceGetUUID(handle)), gi_info.id, ci_info.id, gi_info.profileId,
-                         Placement(start, size), _text(pynvml.nvmlDeviceGetUUID(ci_info.device)))
+                         Placement(gi_info.placement.start, gi_info.placement.size), _text(pynvml.nvmlDeviceGetUUID(ci_info.device)))
 
     def destroy_instance(self, inst: MigDevice) -> bool:
         """Destroy a MIG device; False when it is already gone (or replaced by another one).

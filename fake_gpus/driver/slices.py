@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import uuid as uuid_module
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from fake_gpus.driver.identity import (
     CAPACITY_COUNTERS,
@@ -26,9 +26,10 @@ from fake_gpus.driver.identity import (
     mig_device_name,
     semver,
 )
+from fake_gpus.driver.consumable_shares import apply_consumable_shares, shared_counter_set
 from fake_gpus.driver.faults import declared_slices
 from fake_gpus.driver.pci import sysfs_address
-from fake_gpus.driver.nvml_adapter import Gpu, MigProfile, NodeInventory, Placement, memory_slices
+from fake_gpus.driver.nvml_adapter import Gpu, MigProfile, NodeInventory, Placement
 from fake_gpus.node import Mode
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-testbed"}
@@ -163,40 +164,17 @@ def mig_device(gpu: Gpu, inv: NodeInventory, driver: str, profile: MigProfile, p
 # --------------------------------------------------------------------------- counters (dynamic MIG)
 
 
-def _instance_sets(profiles: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
-    """Every set of GPU instances NVML's placements allow at once (disjoint slices, instance counts)."""
-    by_start: dict[int, list[MigProfile]] = {}
-    for p in profiles:
-        for placement in p.placements:
-            by_start.setdefault(placement.start, []).append(p)
-    slices = memory_slices(profiles)
-
-    def walk(slot: int, chosen: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
-        if slot >= slices:
-            yield chosen
-            return
-        yield from walk(slot + 1, chosen)
-        for p in by_start.get(slot, ()):
-            if slot + p.size <= slices and sum(c is p for c in chosen) < p.instance_count:
-                yield from walk(slot + p.size, chosen + (p,))
-
-    yield from walk(0, ())
-
-
 @functools.lru_cache(maxsize=64)
 def counter_totals(profiles: tuple[MigProfile, ...]) -> dict[str, int]:
-    """Engine and memory counters of a GPU, keyed by capacity name.
+    """Engine and memory counters of a GPU, keyed by capacity name: each the most any one profile has.
 
-    NVML has no whole-GPU engine counts, so each total is the most any set of instances that can exist
-    together uses. With the full-GPU profile known this is that profile's row (132 SMs on an H100);
-    when NVML does not answer for it (unknown Blackwell facts) the totals still admit every valid set."""
+    NVML has no whole-GPU engine counts. NVIDIA's driver takes the per-capacity maximum over the MIG
+    profiles (its nvlib.go), which is the whole-GPU profile's row on every board (132 SMs on an H100). On
+    an RTX PRO 6000 a '+me.all' instance holds all 4 decoders: with the maximum, a plain 1g.24gb (one
+    decoder) cannot be allocated beside it, where a sum over instances that fit would have offered 9."""
     totals = dict.fromkeys(CAPACITY_COUNTERS, 0)
-    for chosen in _instance_sets(profiles):
-        sums = dict.fromkeys(CAPACITY_COUNTERS, 0)
-        for p in chosen:
-            for key, value in _profile_values(p).items():
-                sums[key] += value
-        for key, value in sums.items():
+    for p in profiles:
+        for key, value in _profile_values(p).items():
             totals[key] = max(totals[key], value)
     return totals
 
@@ -353,17 +331,25 @@ def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits, per_g
 
 
 def device_groups(inv: NodeInventory, mode: Mode, driver: str, faults: frozenset[str] = frozenset()) -> list[tuple[dict | None, list[dict]]]:
-    """Per GPU: its counter set (dynamic MIG only) and its devices."""
+    """Per GPU: its counter set (dynamic MIG only) and its devices, shareable where the mode says (NVIDIA's
+    driver makes every device it publishes shareable under --consumable-shares: whole GPUs, static MIG
+    devices, the partitionable full GPU and its MIG devices)."""
+    def shared(devices: list[dict]) -> list[dict]:
+        return [apply_consumable_shares(d, mode.shares, faults) for d in devices] if mode.shares else devices
+
     if mode.kind == "dynamic-mig":
         groups = []
         for gpu in inv.gpus:
             offer = gpu.dynamic_offer
             if offer.partitions and gpu.profiles:
-                groups.append((counter_set(gpu, faults), partitionable_devices(gpu, inv, driver, faults, offer.full_gpu)))
+                counters = counter_set(gpu, faults)
+                if offer.full_gpu:
+                    counters = shared_counter_set(counters, mode.shares)
+                groups.append((counters, shared(partitionable_devices(gpu, inv, driver, faults, offer.full_gpu))))
             else:  # no MIG, or Ampere with MIG mode off: offered whole, consuming nothing
-                groups.append((None, [whole_gpu_device(gpu, inv, driver, faults)]))
+                groups.append((None, shared([whole_gpu_device(gpu, inv, driver, faults)])))
         return groups
-    return [(None, live_devices(gpu, inv, driver, faults)) for gpu in inv.gpus]
+    return [(None, shared(live_devices(gpu, inv, driver, faults))) for gpu in inv.gpus]
 
 
 def slice_name(node: str, driver: str, index: int) -> str:

@@ -42,10 +42,36 @@ def mount_script(views: MachineViews) -> str:
     return " && ".join(steps)
 
 
-def wrap(argv: Sequence[str], views: MachineViews) -> list[str]:
-    """argv that runs `argv` with the node's views mounted (same pid once running)."""
+# Where a private root is put together: a tmpfs over this directory, in the namespace only (the host's stays
+# as it is). It is left out of the root it holds, which cannot show itself.
+PRIVATE_ROOT = "/mnt"
+
+
+def root_script(extra: dict[str, Path]) -> str:
+    """Shell commands that build a root showing every entry of / (bound, so the same files at the same paths)
+    and the top-level directories `extra` (name -> host directory) the host's / lacks, e.g. the /templates
+    NVIDIA's plugin reads its MPS daemon's template from; `chroot` into it follows. Building a root is what
+    lets a directory appear at / without creating it on the host."""
+    r = PRIVATE_ROOT
+    populate = (f'for e in /* /.[!.]*; do n="${{e#/}}"; [ "$n" = {r[1:]} ] && continue; '
+                f'if [ -L "$e" ]; then cp -P "$e" "{r}/$n"; '
+                f'elif [ -d "$e" ]; then mkdir "{r}/$n" && mount --rbind "$e" "{r}/$n"; '
+                f'elif [ -e "$e" ]; then : > "{r}/$n" && mount --bind "$e" "{r}/$n"; fi; done')
+    steps = [f"mount -t tmpfs dra-testbed-root {r}", populate, f"mkdir {r}{r}"]
+    for name, host in sorted(extra.items()):
+        steps += [f"mkdir {r}/{shlex.quote(name)}", f"mount --bind {shlex.quote(str(host))} {r}/{shlex.quote(name)}"]
+    return " && ".join(steps)
+
+
+def wrap(argv: Sequence[str], views: MachineViews, root_dirs: dict[str, Path] | None = None) -> list[str]:
+    """argv that runs `argv` with the node's views mounted (same pid once running); with `root_dirs` (name ->
+    host directory) in a private root that also shows those directories at /<name> (root_script)."""
     check_support()
-    script = f"set -e; {mount_script(views)}; exec \"$@\""
+    script = f"set -e; {mount_script(views)}"
+    if root_dirs:
+        script += f"; {root_script(root_dirs)}; exec chroot {PRIVATE_ROOT} \"$@\""
+    else:
+        script += "; exec \"$@\""
     return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *argv]
 
 

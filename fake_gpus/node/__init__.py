@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from typing import Mapping
 
 MODES = ("whole", "static-mig:<layout>", "dynamic-mig")
+# NVIDIA's --consumable-shares values (cmd/gpu-kubelet-plugin/main.go); "disabled" is the absence of sharing
+SHARES = ("disabled", "memory", "unlimited", "<N>")
+SHARES_SUFFIX = ":shares="
 MODE_KINDS = ("whole", "static-mig", "dynamic-mig")
 BOARD_LABEL = "dra-testbed.io/board"
 COUNT_LABEL = "dra-testbed.io/gpu-count"
 MODE_LABEL = "dra-testbed.io/mode"
 LAYOUT_LABEL = "dra-testbed.io/mig-layout"
+SHARES_LABEL = "dra-testbed.io/consumable-shares"
 
 
 class ModeError(ValueError):
@@ -26,22 +30,40 @@ class LabelError(ValueError):
 
 @dataclass(frozen=True)
 class Mode:
-    """How a node's GPUs are offered: whole GPUs, a fixed MIG layout, or partitionable (dynamic MIG)."""
+    """How a node's GPUs are offered: whole GPUs, a fixed MIG layout, or partitionable (dynamic MIG); and
+    whether several claims may share a device (`shares`: NVIDIA's --consumable-shares value, None when
+    disabled)."""
 
     kind: str  # "whole" | "static-mig" | "dynamic-mig"
     mig_layout: str | None = None
+    shares: str | None = None  # "memory" | "unlimited" | "<N>" (a positive integer)
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
+        text = f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
+        return f"{text}{SHARES_SUFFIX}{self.shares}" if self.shares else text
+
+
+def parse_shares(text: str) -> str | None:
+    """A --consumable-shares value as NVIDIA's plugin takes it: None for `disabled`; ModeError otherwise."""
+    value = text.strip()
+    if value == "disabled":
+        return None
+    if value in ("memory", "unlimited") or value.isascii() and value.isdigit() and int(value) > 0:
+        return str(int(value)) if value.isdigit() else value
+    raise ModeError(f"consumable shares {text!r} is not valid; valid: {', '.join(SHARES)} (N a whole number >= 1)")
 
 
 def parse_mode(text: str) -> Mode:
-    """`whole`, `static-mig:<layout>` or `dynamic-mig`; ModeError otherwise."""
+    """`whole`, `static-mig:<layout>` or `dynamic-mig`, each maybe ending `:shares=<value>`; ModeError otherwise."""
+    shares = None
+    if SHARES_SUFFIX in text:
+        text, _, value = text.rpartition(SHARES_SUFFIX)
+        shares = parse_shares(value)
     if text in ("whole", "dynamic-mig"):
-        return Mode(text)
+        return Mode(text, shares=shares)
     if text.startswith("static-mig:") and text.removeprefix("static-mig:"):
-        return Mode("static-mig", text.removeprefix("static-mig:"))
-    raise ModeError(f"unknown mode {text!r}; valid modes: {', '.join(MODES)}")
+        return Mode("static-mig", text.removeprefix("static-mig:"), shares)
+    raise ModeError(f"unknown mode {text!r}; valid modes: {', '.join(MODES)}, each maybe followed by {SHARES_SUFFIX}<{'|'.join(SHARES[1:])}>")
 
 
 def check_mode_for_board(mode: Mode, board: str, mig_capable: bool) -> None:
@@ -66,6 +88,8 @@ def hardware_labels(hardware: NodeHardware) -> dict[str, str]:
     labels = {BOARD_LABEL: hardware.board, COUNT_LABEL: str(hardware.count), MODE_LABEL: hardware.mode.kind}
     if hardware.mode.mig_layout:
         labels[LAYOUT_LABEL] = hardware.mode.mig_layout
+    if hardware.mode.shares:
+        labels[SHARES_LABEL] = hardware.mode.shares
     return labels
 
 
@@ -83,4 +107,9 @@ def hardware_from_labels(labels: Mapping[str, str] | None) -> NodeHardware | Non
         mode = parse_mode(f"{kind}:{layout}" if kind == "static-mig" and layout else kind)
     except ModeError as exc:
         raise LabelError(f"label {MODE_LABEL}: {exc} (static-mig needs {LAYOUT_LABEL})") from exc
+    if SHARES_LABEL in labels:
+        try:
+            mode = Mode(mode.kind, mode.mig_layout, parse_shares(labels[SHARES_LABEL]))
+        except ModeError as exc:
+            raise LabelError(f"label {SHARES_LABEL}: {exc}") from exc
     return NodeHardware(labels[BOARD_LABEL], int(count), mode)

@@ -63,3 +63,20 @@ def test_every_underdeclared_switch_has_its_board_partitionable_in_the_kwok_flee
     assert not missing, f"no partitionable GPU of {DEFAULT_LAYOUT.name} offers {missing}"
     for name in UNDERDECLARED:
         assert expected_failures(name) == {"partitions.within-counter-set", "sched.generated"}, name
+
+
+def test_the_kwok_fleet_has_a_sharing_node_for_the_shares_checks() -> None:
+    """The shares checks judge a node the layout promises to share; without one in the default KWOK fleet their
+    switches would fail nothing there and their rows would break the matrix."""
+    from testbed.clusters.layout import load_layout
+    from testbed.cli.conformance import DEFAULT_LAYOUT
+
+    sharing = [n for n in load_layout(DEFAULT_LAYOUT).nodes if n.mode.shares]
+    assert sharing and all(n.mode.kind == "whole" for n in sharing)
+    # "memory": a claim that asks no capacity takes the whole device, so the other checks' workloads see it whole
+    assert {n.mode.shares for n in sharing} == {"memory"}
+    only_shares = {"shares.published", "sched.shared-capacity", "node.time-slicing"}
+    assert only_shares <= {c.id for c in select("shares")} and not only_shares & {c.id for c in select("gpu")}
+    for fault in ("shares-not-multiple", "shares-exceed-device", "shares-step-not-divisor"):
+        assert expected_failures(fault) == {"slices.served-api", "slices.stable-restart", "shares.published", "sched.shared-capacity"}
+    assert expected_failures("sharing-ignored") == {"node.time-slicing"}

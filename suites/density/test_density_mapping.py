@@ -60,6 +60,14 @@ def test_whole_and_multi_gpu_pods_ask_for_gpus_then_full_mig() -> None:
     assert [(t.name, t.profiles) for t in steps] == [("gpu", ()), ("mig-7g", ("7g.141gb", "7g.80gb"))]
 
 
+def test_four_slice_boards_offer_plain_profiles_and_their_whole_gpu_profile_as_full_mig() -> None:
+    """RTX PRO 6000 (4 compute slices, -me/+gfx/+me.all variants) and A30: no variant is asked for, and the
+    whole-GPU profile (4g) is the MIG fallback of a whole-GPU pod, as 7g is on an H100."""
+    got = fleet_profiles(["rtx-pro-6000-96gb", "a30-24gb", "h100-80gb"])
+    assert got == {1: ("1g.10gb", "1g.24gb", "1g.6gb"), 2: ("2g.12gb", "2g.20gb", "2g.48gb"), 3: ("3g.40gb",),
+                   4: ("4g.24gb", "4g.40gb", "4g.96gb"), 7: ("4g.24gb", "4g.96gb", "7g.80gb")}
+
+
 def test_timed_trace_events_and_what_is_left_out() -> None:
     trace = load_trace(DATA / "default-head60.csv")
     assert trace.timed and trace.cpu_only == 5 and len(trace.pods) == 55 and trace.with_gpu_spec == 0

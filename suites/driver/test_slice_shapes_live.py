@@ -76,9 +76,12 @@ def test_counters_sit_where_the_served_version_wants_them(shape_bed: TestBed) ->
 
 
 def test_blackwell_dynamic_pools_offer_every_profile_and_placement(shape_bed: TestBed) -> None:
-    """B200 and GB200 in dynamic MIG: every catalog profile x placement (3g/4g/7g included) published per GPU, accepted."""
+    """Every Blackwell board (B200, GB200, B300, GB300) in dynamic MIG: every catalog profile x placement (3g/4g/7g
+    included) published per GPU, accepted."""
     boards = {b.key: b for b in all_boards()}
-    for node in (n for n in shape_bed.layout.nodes if n.mode.kind == "dynamic-mig" and n.board in ("b200-180gb", "gb200-186gb")):
+    blackwell = {k for k, b in boards.items() if b.mig_capable and b.dra_architecture == "Blackwell"}
+    assert {"b200-180gb", "gb200-186gb", "b300-288gb", "gb300-288gb"} <= blackwell
+    for node in (n for n in shape_bed.layout.nodes if n.mode.kind == "dynamic-mig" and n.board in blackwell):
         devices = [d for s in shape_bed.resource.list_resource_slice().items if s.spec.pool.name == node.name
                    for d in s.spec.devices or []]
         profiles = {d.attributes["profile"].string for d in devices if "profile" in d.attributes}

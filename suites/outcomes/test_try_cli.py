@@ -83,3 +83,49 @@ def test_driver_flag_goes_through_the_seam_or_says_it_is_missing(tmp_path: Path)
     out = _try(str(EXAMPLES), "--fleet", "h100-only", "--driver", "nvidia", "--driver-image", "vendor/plugin:v1")
     assert out.returncode == 2 and "kwok backend cannot run driver 'nvidia' from 'image'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_html_report_lists_claims_classes_and_warnings() -> None:
+    """The HTML page says what the terminal says: every ResourceClaim of the input (devices, or why not), every
+    DeviceClass (what it selects), and the field warnings."""
+    from html.parser import HTMLParser
+
+    from testbed.outcomes.claims import ClaimOutcome, ClassOutcome
+    from testbed.outcomes.explain import Allocation
+    from testbed.outcomes.render import as_html
+    from testbed.outcomes.run import RunResult
+
+    result = RunResult("h100-only", "1.34", "v1.34.4", claims=[
+        ClaimOutcome("try-1", "shared-gpu", "allocated", [Allocation("shared-gpu", "r", "gpu-0", "n0", "h100-80gb")], ["p0"]),
+        ClaimOutcome("team-a", "orphan", "unallocated", reasons=["no pod uses it, so the scheduler never allocates it"])],
+        device_classes=[ClassOutcome("fast-gpus", 0, problem="selects no published device")],
+        warnings=["claims.yaml:7: ResourceClaim orphan: unknown field spec.spec"])
+
+    class Cells(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[list[str]] = []
+            self.items: list[str] = []
+            self.where: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            self.where.append(tag)
+            if tag == "tr":
+                self.rows.append([])
+
+        def handle_endtag(self, tag):
+            self.where.pop()
+
+        def handle_data(self, data):
+            if data.strip() and "td" in self.where:
+                self.rows[-1].append(data.strip())
+            elif data.strip() and "li" in self.where:
+                self.items.append(data.strip())
+
+    page = Cells()
+    page.feed(as_html([result], "try"))
+    rows = [r for r in page.rows if r]
+    assert ["shared-gpu", "allocated"] == rows[0][:2] and any("gpu-0" in cell and "n0" in cell for cell in rows[0]), rows
+    assert rows[1][:2] == ["team-a/orphan", "unallocated"] and "no pod uses it" in rows[1][-1], rows
+    assert rows[2] == ["fast-gpus", "0", "selects no published device"], rows
+    assert "warning: claims.yaml:7: ResourceClaim orphan: unknown field spec.spec" in page.items

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from kubernetes import client, config
 
-from testbed.clusters.driver import DriverSpec
+from testbed.clusters.driver import OURS, DriverSpec
 from testbed.clusters.layout import Layout
 from testbed.workloads.bundle import default_root, layout_from_nodes, layout_yaml
 from testbed.workloads.profiles import DYNAMIC_LAYOUT, FAULT_LAYOUT, WHOLE_LAYOUT  # noqa: F401 - registers the profiles; the suites import the fleets from here
@@ -28,12 +28,27 @@ class PropertyBed:
     layout_yaml: str
     bundles: Path
     brought_up: bool = True  # False: the --kubeconfig cluster, whose layout is whatever it has
+    nvml_home: Path | None = None  # a KWOK bed's home: its nodes' fake NVML is local (<home>/nvml/<node>)
+    driver_kind: str = OURS  # the driver under test (testbed/drivers/<kind>): which known leaks the check excuses
+
+    def machine_fields(self, stats: dict[str, int] | None = None) -> dict:
+        """The runner fields of the machines on this bed: on a KWOK bed, every node's NVML judged against its
+        prepared claims after every step (testbed.workloads.physical_watch), its count and cost added to `stats`."""
+        if self.nvml_home is None:
+            return {}
+        from fake_gpus.driver.identity import current_identity
+        from testbed.workloads.physical import KNOWN_LEAKS
+        from testbed.workloads.physical_watch import PhysicalCheck, kwok_state_dirs
+
+        check = PhysicalCheck(self.api, kwok_state_dirs(self.nvml_home), current_identity().driver,
+                              leaks=KNOWN_LEAKS.get(self.driver_kind, ()), stats=stats if stats is not None else {})
+        return {"node_check": check}
 
 
 def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: dict[str, str] | None = None,
-             driver: DriverSpec | None = None, attempts: int = 1) -> Iterator[PropertyBed]:
+             driver: DriverSpec | None = None, attempts: int = 1, k8s: str | None = None) -> Iterator[PropertyBed]:
     """A fresh cluster of `layout` from the `bed` factory (or the --kubeconfig cluster) running `driver`
-    (ours by default), tried `attempts` times; `env` reaches the driver (faults)."""
+    (ours by default), tried `attempts` times, of minor `k8s` (default --k8s); `env` reaches the driver (faults)."""
     opts = request.config.option
     bundles = default_root() / label
     if opts.kubeconfig and env is None and driver is None:
@@ -44,8 +59,10 @@ def bring_up(request: pytest.FixtureRequest, layout: Layout, label: str, env: di
         finally:
             api.close()
         return
-    with request.getfixturevalue("bed")(layout, driver, env=env, label=f"prop-{label}", attempts=attempts) as testbed:
-        yield PropertyBed(testbed.api, layout, layout_yaml(layout), bundles)
+    with request.getfixturevalue("bed")(layout, driver, env=env, label=f"prop-{label}", attempts=attempts, k8s=k8s) as testbed:
+        local = testbed.cluster is not None and testbed.cluster.backend == "kwok"
+        yield PropertyBed(testbed.api, layout, layout_yaml(layout), bundles, nvml_home=testbed.cluster.home if local else None,
+                          driver_kind=driver.driver if driver is not None else OURS)
 
 
 @pytest.fixture(scope="session")

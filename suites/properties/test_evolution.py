@@ -4,7 +4,8 @@
 allocated and prepared, a machine joining, H100 -> B200 and H200 -> GB200 replacements, mode switches with and
 without live claims. `test_evolution_machine` is the generated machine (`nox -s evolution`; a smoke of it in
 `nox -s tests`). `test_evolution_family_catches_its_fault` runs the explicit example with one fault switch on
-each: it must fail at the step of the family that fault breaks, with the fleet's own check.
+each: it must fail at the step of the family that fault breaks, with the fleet's own check or, for a MIG
+instance made elsewhere than allocated, the NVML check every example runs after every step (physical_watch).
 
 All of them share one KWOK bed (a bed per fault test cost minutes each), reset before each test to the
 fleet and driver it came up with (testbed.workloads.evolution_bed), so none depends on another or on order.
@@ -20,7 +21,7 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 from kubernetes import client
 
-from fake_gpus.driver.faults import fault_env
+from fake_gpus.driver.faults import NVML_PLACES_FAULT, fault_env
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.node import parse_mode
 from hostenv.processes import run_child
@@ -31,7 +32,10 @@ from testbed.kube.waiting import until
 from testbed.workloads.bundle import default_root
 from testbed.workloads.evolution_bed import SharedFleet
 from testbed.workloads.evolution_machine import evolution_machine
+from testbed.workloads.fleet_facts import PROPERTY as EVOLUTION
 from testbed.workloads.model import ClaimSpec, PodClaim, PodSpec, Request, SubRequest
+from testbed.workloads.physical import PHYSICAL
+from testbed.workloads.physical_watch import PhysicalCheck, kwok_state_dirs
 from testbed.workloads.runner import BOUND_ENV, PropertyFailure
 from testbed.workloads.selectors import StringIs
 
@@ -71,13 +75,16 @@ def _gpu() -> SubRequest:
     return SubRequest("r0", current_identity().gpu_class)
 
 
-# the families in the order the explicit example reaches them, and the fault each must catch
+# the families in the order the explicit example reaches them, the fault each must catch, and the property that
+# sees it: the fleet's checks, or for "arrive" every node's NVML (a MIG instance where NVML put it, not at its
+# allocated placement, seen at once; the fleet's leak check would see it only once the claim departs)
 FAMILY_FAULTS = {
-    "roll-driver": ("restart-churn", "churned its slices"),
-    "depart after roll-driver": ("checkpoint-lost", "leaked"),
-    "add-node": ("joined-node-unpublished", "has no published device"),
-    "replace-node": ("slices-outlive-node", "slices of removed hardware"),
-    "switch-mode": ("mode-switch-ignored", "expected the MIG devices of layout"),
+    "arrive": (NVML_PLACES_FAULT, "not prepared for any claim", PHYSICAL),
+    "roll-driver": ("restart-churn", "churned its slices", EVOLUTION),
+    "depart after roll-driver": ("checkpoint-lost", "leaked", EVOLUTION),
+    "add-node": ("joined-node-unpublished", "has no published device", EVOLUTION),
+    "replace-node": ("slices-outlive-node", "slices of removed hardware", EVOLUTION),
+    "switch-mode": ("mode-switch-ignored", "expected the MIG devices of layout", EVOLUTION),
 }
 
 
@@ -110,8 +117,15 @@ def explicit_example(machine) -> None:
     machine.fleet_is_as_published()
 
 
-def _machine(fleet: KwokFleet, api, tmp, context: dict | None = None):
-    return evolution_machine(fleet, api, tmp, context=context)()
+def _physical(fleet: KwokFleet, api, stats: dict[str, int] | None = None) -> dict:
+    """Every node's NVML judged against its prepared claims after every step, joined and switched nodes too."""
+    check = PhysicalCheck(api, kwok_state_dirs(fleet.cluster.home), current_identity().driver,
+                          stats=stats if stats is not None else {})
+    return {"node_check": check}
+
+
+def _machine(fleet: KwokFleet, api, tmp, context: dict | None = None, stats: dict[str, int] | None = None):
+    return evolution_machine(fleet, api, tmp, context=context, runner_fields=_physical(fleet, api, stats))()
 
 
 def test_evolution_machine(request) -> None:
@@ -120,7 +134,8 @@ def test_evolution_machine(request) -> None:
         pytest.skip("the generated evolution machine runs in `nox -s evolution` ($DRA_TESTBED_EVOLUTION=full)")  # allowed in suites/skips.yaml
     fleet, api = request.getfixturevalue("evolution_bed")  # only now: a skip should neither bring up nor reset a bed
     stats: dict[str, int] = {}
-    machine = evolution_machine(fleet, api, default_root() / "evolution" / request.node.name, stats=stats)
+    machine = evolution_machine(fleet, api, default_root() / "evolution" / request.node.name, stats=stats,
+                                runner_fields=_physical(fleet, api, stats))
     run_state_machine_as_test(machine)
     print(f"evolution machine: {stats}")
     assert stats.get("examples", 0) > 0, stats
@@ -129,7 +144,7 @@ def test_evolution_machine(request) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILY_FAULTS))
 def test_evolution_family_catches_its_fault(family: str, evolution_bed, tmp_path, monkeypatch) -> None:
-    fault, words = FAMILY_FAULTS[family]
+    fault, words, judge = FAMILY_FAULTS[family]
     monkeypatch.setenv(BOUND_ENV, "20")  # a check that holds does so at once; one that fails waits the bound out
     fleet, api = evolution_bed
     # switched on by a driver update before the example: a publisher started with joined-node-unpublished on
@@ -140,7 +155,7 @@ def test_evolution_family_catches_its_fault(family: str, evolution_bed, tmp_path
         with pytest.raises(PropertyFailure) as failure:
             explicit_example(machine)
         assert machine.family == family, f"{fault} was caught at {machine.family!r}, not at {family!r}: {failure.value}"
-        assert any(v.property == "evolution" and words in v.message for v in failure.value.violations), failure.value
+        assert any(v.property == judge and words in v.message for v in failure.value.violations), failure.value
         assert (tmp_path / "bundle" / "steps.json").is_file()
     finally:
         machine.evo.runner.close()  # the fault stays on: the next test's reset rolls it off

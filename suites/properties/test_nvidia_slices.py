@@ -63,7 +63,8 @@ def test_arrivals_and_departures_on_nvidias_slices(nvidia_bed, nvidia_partitiona
     stats: dict[str, int] = {}
     boards = tuple(sorted(set(nvidia_partitionable.values())))
     machine = allocation_machine(nvidia_bed.api, nvidia_bed.layout_yaml, bundle_dir(nvidia_bed, request), boards=boards,
-                                 mig_percent=60, stats=stats, all_in_fallback=all_in_later_alternative_works(nvidia_bed.api))
+                                 mig_percent=60, stats=stats, all_in_fallback=all_in_later_alternative_works(nvidia_bed.api),
+                                 runner_fields=nvidia_bed.machine_fields(stats))
     _run(machine)
     print(f"NVIDIA machine: {stats}")
     assert stats.get("scheduled", 0) > 0, f"no example scheduled a pod: the properties were never exercised ({stats})"
@@ -73,7 +74,8 @@ def test_arrivals_and_departures_on_nvidias_slices(nvidia_bed, nvidia_partitiona
 def test_arrivals_and_departures_on_nvidias_whole_gpus(nvidia_bed, request) -> None:
     stats: dict[str, int] = {}
     machine = allocation_machine(nvidia_bed.api, nvidia_bed.layout_yaml, bundle_dir(nvidia_bed, request), stats=stats,
-                                 all_in_fallback=all_in_later_alternative_works(nvidia_bed.api))
+                                 all_in_fallback=all_in_later_alternative_works(nvidia_bed.api),
+                                 runner_fields=nvidia_bed.machine_fields(stats))
     _run(machine)
     assert stats.get("scheduled", 0) > 0, f"no example scheduled a pod ({stats})"
 

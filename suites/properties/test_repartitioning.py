@@ -29,7 +29,8 @@ def test_arrivals_and_departures_on_mig(dynamic_bed, dynamic_nodes, request) -> 
     boards = tuple(sorted(set(dynamic_nodes.values())))
     machine = allocation_machine(dynamic_bed.api, dynamic_bed.layout_yaml, bundle_dir(dynamic_bed, request),
                                  boards=boards, mig_percent=60, stats=stats,
-                                 all_in_fallback=all_in_later_alternative_works(dynamic_bed.api))
+                                 all_in_fallback=all_in_later_alternative_works(dynamic_bed.api),
+                                 runner_fields=dynamic_bed.machine_fields(stats))
     run_state_machine_as_test(machine)
     print(f"MIG machine: {stats}")
     assert stats.get("scheduled", 0) > 0, f"no example scheduled a pod: the properties were never exercised ({stats})"

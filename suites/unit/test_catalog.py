@@ -32,7 +32,8 @@ MIG_BOARDS = [k for k in PRESENT if get_board(k).mig_capable]
 WITHOUT_MIG = ("l4-24gb", "l40s-48gb", "t4-16gb")
 H100 = "h100-80gb"
 # NVIDIA MIG User Guide: memory slices and compute slices of each MIG board's profile table (A30 in quarters).
-GEOMETRY = {"a30-24gb": (4, 4)}
+# (memory slices, compute slices) of the boards that are not 8/7: A30 from its guide table, RTX PRO 6000 from its real -lgipp
+GEOMETRY = {"a30-24gb": (4, 4), "rtx-pro-6000-96gb": (12, 4)}
 
 # DESIGN.md section 4: real `nvidia-smi mig -lgip` / `-lgipp` on an H100 80GB HBM3.
 # name: (id, GiB as printed, SMs, CE, instances, placement starts, placement size)
@@ -60,7 +61,8 @@ def boards() -> list[Board]:
 
 
 def test_board_keys_are_every_board_of_the_catalog() -> None:
-    assert BOARD_KEYS == ("h100-80gb", "h100-nvl-94gb", "h200-141gb", "b200-180gb", "gb200-186gb",
+    assert BOARD_KEYS == ("h100-80gb", "h100-nvl-94gb", "h200-141gb", "b200-180gb", "gb200-186gb", "b300-288gb", "gb300-288gb", "gh200-96gb",
+                          "rtx-pro-6000-96gb",
                           "a100-40gb", "a100-80gb", "a30-24gb", "l4-24gb", "l40s-48gb", "t4-16gb")
 
 
@@ -308,6 +310,8 @@ def test_unknown_facts_are_null(key: str) -> None:
 # and the whole-GPU engine counts of boards without MIG (NVML reports engines per MIG profile only).
 ENGINES = ("copy_engines", "decoders", "encoders", "jpeg_engines", "ofa_engines")
 KNOWN_GAPS = {"a100-40gb": ("pci_subsystem_id",), "a100-80gb": ("pci_subsystem_id",), "a30-24gb": ("pci_subsystem_id",),
+              "b300-288gb": ("pci_subsystem_id",), "gb300-288gb": ("pci_subsystem_id",),
+              "gh200-96gb": ("pci_subsystem_id",), "rtx-pro-6000-96gb": ("pci_subsystem_id",),
               "l4-24gb": ENGINES, "t4-16gb": ENGINES, "l40s-48gb": ("pci_subsystem_id", *ENGINES)}
 
 

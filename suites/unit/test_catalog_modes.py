@@ -71,7 +71,7 @@ def test_up_refuses_it_with_exit_2_before_anything_starts() -> None:
     assert done.stderr.strip().splitlines()[-1].endswith("mode dynamic-mig needs MIG, which board t4-16gb does not have; valid mode for t4-16gb: whole")
 
 
-@pytest.mark.parametrize("name", ["fleet-a100", "fleet-h100", "fleet-b200", "fleet-mixed-generations"])
+@pytest.mark.parametrize("name", ["fleet-a100", "fleet-h100", "fleet-b200", "fleet-b300", "fleet-mixed-generations"])
 def test_generation_layouts_load_and_can_be_provisioned(name: str) -> None:
     layout = load_layout(REPO / "clusters" / "layouts" / f"{name}.yaml")
     check_layout(layout)

@@ -10,6 +10,7 @@ from fake_gpus.catalog import BOARD_KEYS, Board, CatalogError, get_board, layout
 from fake_gpus.catalog.model import PROVENANCE_CLASSES, provenance_class
 
 B200, GB200 = "b200-180gb", "gb200-186gb"
+B300, GB300 = "b300-288gb", "gb300-288gb"
 
 # NVIDIA MIG User Guide, "Supported MIG Profiles", table "GPU Instance Profiles on B200":
 # name: (memory eighths, compute sevenths, copy engines, instances, OFA)
@@ -38,7 +39,8 @@ MIG_PARTED_BALANCED = {
 }
 MIG_PARTED_DEVICE_FILTER = {
     "h100-80gb": 0x233010DE, "h100-nvl-94gb": 0x232110DE, "h200-141gb": 0x233510DE, B200: 0x290110DE, GB200: 0x294110DE,
-    "a100-40gb": 0x20B010DE, "a100-80gb": 0x20B210DE, "a30-24gb": 0x20B710DE,
+    "a100-40gb": 0x20B010DE, "a100-80gb": 0x20B210DE, "a30-24gb": 0x20B710DE, B300: 0x318210DE, GB300: 0x31C210DE,
+    "gh200-96gb": 0x234210DE, "rtx-pro-6000-96gb": 0x2BB510DE,
 }
 # Boards without MIG are in no mig-parted config: their ids are the `nvidia-smi -q` "Device Id" lines the files cite
 # (L40S: the PCI ID repository's 10de:26b9).
@@ -48,6 +50,7 @@ DEVICE_ID_CAPTURED = {"l4-24gb": 0x27B810DE, "t4-16gb": 0x1EB810DE, "l40s-48gb":
 PCI_SUBSYSTEM = {
     "h100-80gb": 0x16C110DE, "h100-nvl-94gb": 0x183910DE, "h200-141gb": 0x18BE10DE, B200: 0x199910DE, GB200: 0x204610DE,
     "a100-40gb": None, "a100-80gb": None, "a30-24gb": None, "l4-24gb": 0x16CA10DE, "t4-16gb": 0x12A210DE, "l40s-48gb": None,
+    B300: None, GB300: None, "gh200-96gb": None, "rtx-pro-6000-96gb": None,
 }
 # The only facts a board may leave unknown (null, source "unknown"): a subsystem id no capture showed, and the
 # whole-GPU engine counts of a board without MIG (NVML reports engines per MIG profile only).
@@ -85,7 +88,7 @@ HOPPER_BIG_ROWS_GIB = {
     "h200-141gb": {4: "69.50", 8: "139.75"},
 }
 HOPPER = tuple(HOPPER_BIG_ROWS_GIB)
-BLACKWELL = (B200, GB200)
+BLACKWELL = (B200, GB200, B300, GB300)
 MIG_BOARDS = tuple(k for k in BOARD_KEYS if get_board(k).mig_capable)
 
 # The derivation rules the Blackwell 3g/4g/7g rows state (board memory share by memory slices).
@@ -182,7 +185,7 @@ def test_gb200_big_rows_follow_the_b200_table() -> None:
         assert b.profile(b200_name).copy_engines == p.copy_engines
 
 
-@pytest.mark.parametrize("key", BLACKWELL)
+@pytest.mark.parametrize("key", list(GKE_PARTITIONS))
 def test_blackwell_names_and_instances_match_gke_and_mig_parted(key: str) -> None:
     b = get_board(key)
     for name, count in GKE_PARTITIONS[key].items():
@@ -198,6 +201,65 @@ def test_pci_ids_match_the_captures(key: str) -> None:
     assert b.pci_device_id == {**MIG_PARTED_DEVICE_FILTER, **DEVICE_ID_CAPTURED}[key]
     assert b.pci_subsystem_id == PCI_SUBSYSTEM[key]
     assert _cls(b, "pci_subsystem_id") == ("measured" if PCI_SUBSYSTEM[key] else "unknown")
+
+
+# NVIDIA/mig-parted deployments/systemd/config-default.yaml (B300 in commit 47c56d9, GB300 in 7544911): the profiles
+# of each Blackwell Ultra board with the count its all-<profile> config creates, and its all-balanced config.
+MIG_PARTED_ULTRA = {
+    B300: {"1g.34gb": 7, "1g.34gb+me": 1, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1, "7g.269gb": 1},
+    GB300: {"1g.35gb": 7, "1g.35gb+me": 1, "1g.70gb": 4, "2g.70gb": 3, "3g.139gb": 2, "4g.139gb": 1, "7g.278gb": 1},
+}
+MIG_PARTED_ULTRA_BALANCED = {B300: {"1g.34gb": 2, "2g.67gb": 1, "3g.135gb": 1}, GB300: {"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1}}
+# NVIDIA's "MIG on DGX Station" playbook: `nvidia-smi mig -lgip` ids on the Blackwell Ultra GPU of a GB300.
+GB300_PLAYBOOK_IDS = {"1g.35gb": 19, "1g.35gb+me": 20, "1g.70gb": 15, "2g.70gb": 14, "3g.139gb": 9, "4g.139gb": 5, "7g.278gb": 0}
+# Each Blackwell Ultra board and the Blackwell board whose MIG rows it takes (same SMs, same geometry, 1.5x the memory).
+ULTRA_RELATIVE = {B300: B200, GB300: GB200}
+
+
+@pytest.mark.parametrize("key", list(MIG_PARTED_ULTRA))
+def test_blackwell_ultra_profiles_are_mig_parted_s(key: str) -> None:
+    b = get_board(key)
+    assert {p.name: p.max_instances for p in b.gpu_instance_profiles} == MIG_PARTED_ULTRA[key]
+    assert {_cls(b, _gi_path(p.name, "max_instances")) for p in b.gpu_instance_profiles} == {"published"}
+    assert dict(b.mig_layouts["all-balanced"]) == MIG_PARTED_ULTRA_BALANCED[key]
+    for name, count in MIG_PARTED_ULTRA[key].items():
+        assert dict(b.mig_layouts[f"all-{name.replace('+', '.')}"]) == {name: count}
+
+
+def test_gb300_ids_are_the_dgx_station_playbook_s() -> None:
+    b = get_board(GB300)
+    assert {p.name: p.id for p in b.gpu_instance_profiles} == GB300_PLAYBOOK_IDS
+    assert {_cls(b, _gi_path(p.name, "id")) for p in b.gpu_instance_profiles} == {"published"}
+
+
+@pytest.mark.parametrize("key", list(ULTRA_RELATIVE))
+def test_blackwell_ultra_rows_are_their_relative_s_with_1_5x_memory(key: str) -> None:
+    """Every fact of a Blackwell Ultra row is the same-shape row of its Blackwell relative but the name and memory;
+    rows over 1 or 2 memory slices take 1.5x the relative's memory (the boards' memory ratio), the larger ones the share rule."""
+    b, rel = get_board(key), get_board(ULTRA_RELATIVE[key])
+    assert round(b.memory_mib / rel.memory_mib, 4) == 1.5
+    assert (b.multiprocessors, b.memory_slices, b.compute_slices) == (rel.multiprocessors, rel.memory_slices, rel.compute_slices)
+    same = ("nvml_profile", "id", "slice_count", "memory_slices", "multiprocessors", "copy_engines", "decoders", "encoders",
+            "jpeg_engines", "ofa_engines", "max_instances", "placements", "p2p_supported")
+    rows = {p.nvml_profile: p for p in rel.gpu_instance_profiles}
+    for p in b.gpu_instance_profiles:
+        model = rows[p.nvml_profile]
+        assert tuple(getattr(p, f) for f in same) == tuple(getattr(model, f) for f in same), p.name
+        cis = [(c.nvml_profile, c.id, c.slice_count, c.multiprocessors) for c in p.compute_instance_profiles]
+        assert cis == [(c.nvml_profile, c.id, c.slice_count, c.multiprocessors) for c in model.compute_instance_profiles], p.name
+        if p.memory_slices <= 2:
+            assert p.memory_mib == round(model.memory_mib * 1.5 / 128) * 128, p.name
+        else:
+            assert p.memory_mib == _memory_rule(b.memory_mib, p.memory_slices), p.name
+        assert _cls(b, _gi_path(p.name, "memory_mib")) == "derived", p.name
+
+
+@pytest.mark.parametrize("key", MIG_BOARDS)
+def test_whole_gpu_profile_name_is_the_measured_memory_in_gib_rounded_up(key: str) -> None:
+    """The published name of the whole-GPU profile (7g.269gb) against the measured board memory (275040 MiB = 268.6 GiB)."""
+    b = get_board(key)
+    full = _plain(b)[b.compute_slices]
+    assert full.name.endswith(f".{-(-b.memory_mib // 1024)}gb"), (full.name, b.memory_mib)
 
 
 def _mib_of_printed(printed: str) -> int:

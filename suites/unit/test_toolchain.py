@@ -206,3 +206,25 @@ def test_built_kubernetes_binaries_report_their_release() -> None:
     slot, _ = ensure_project(PROJECTS["kubernetes"], RELEASE, allow_download=False)
     out = subprocess.run([str(slot.path("kube-apiserver")), "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"Kubernetes {RELEASE.kubernetes}"
+
+
+def test_toolchain_list_shows_the_renderers_whether_built_or_not(tmp_path: Path) -> None:
+    """`toolchain list` has a row per renderer of `try` (helm, kustomize): missing in an empty cache, ok once
+    a build is recorded in its slot."""
+    import os
+
+    from testbed.toolchain.renderers import RENDERER_PROJECTS
+
+    env = {**os.environ, "DRA_TESTBED_CACHE": str(tmp_path)}
+    listing = lambda: subprocess.run([sys.executable, "-m", "testbed.cli", "toolchain", "list"], env=env,  # noqa: E731
+                                     capture_output=True, text=True, check=True).stdout.splitlines()
+    rows = {line.split("\t")[1]: line.split("\t") for line in listing() if line.startswith("any\t")}
+    assert set(rows) == set(RENDERER_PROJECTS) and {r[3] for r in rows.values()} == {"missing"}, rows
+    version = release_for("1.34").project_version("kustomize")
+    slot = CachedRelease.at("kustomize", version, root=tmp_path / "toolchain")
+    staging = slot.staging_dir()
+    (staging / "kustomize").write_bytes(b"#!/bin/sh\n")
+    (staging / "kustomize").chmod(0o755)
+    slot.seal(staging, origin="build")
+    rows = {line.split("\t")[1]: line.split("\t") for line in listing() if line.startswith("any\t")}
+    assert rows["kustomize"][3] == "ok" and rows["kustomize"][4] == "build", rows["kustomize"]

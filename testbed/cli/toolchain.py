@@ -22,20 +22,30 @@ def cmd_toolchain_ensure(args: argparse.Namespace) -> int:
 
 
 def cmd_toolchain_list(args: argparse.Namespace) -> int:
+    from hostenv.versions import release_for
     from testbed.toolchain.projects import PROJECTS
-    from testbed.toolchain.store import CachedRelease
+    from testbed.toolchain.renderers import RENDERER_PROJECTS
 
     print("minor\tproject\tversion\tstate\torigin\tsize")
     for key, release in sorted(RELEASES.items()):
         for project in PROJECTS.values():
-            version = release.project_version(project.name)
-            slot = CachedRelease.at(project.name, version)
-            manifest = slot.manifest()
-            state = "missing" if manifest is None else ("ok" if not slot.problems() else "damaged")
-            origin = manifest["origin"] if manifest else "-"
-            size = f"{slot.disk_usage() / 2**20:.0f}MiB" if manifest else "-"
-            print(f"{key}\t{project.name}\t{version}\t{state}\t{origin}\t{size}")
+            print(_cache_row(key, project.name, release.project_version(project.name)))
+    # the renderers of `try -k` / `--helm`: one version for every minor, built on first use
+    for name in RENDERER_PROJECTS:
+        print(_cache_row("any", name, release_for(DEFAULT_MINOR).project_version(name)))
     return 0
+
+
+def _cache_row(minor_key: str, project: str, version: str) -> str:
+    """One line of `toolchain list`: what the cache slot of `project` `version` holds."""
+    from testbed.toolchain.store import CachedRelease
+
+    slot = CachedRelease.at(project, version)
+    manifest = slot.manifest()
+    state = "missing" if manifest is None else ("ok" if not slot.problems() else "damaged")
+    origin = manifest["origin"] if manifest else "-"
+    size = f"{slot.disk_usage() / 2**20:.0f}MiB" if manifest else "-"
+    return f"{minor_key}\t{project}\t{version}\t{state}\t{origin}\t{size}"
 
 
 def cmd_toolchain_mirror(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 Brings up (or reuses) a KWOK test bed shaped like the fleet, applies the manifests as they are, waits
 until scheduling settles and reports per pod; `--compare LAYOUT_B` does the same on a second fleet and
-shows both side by side. Exit 0 when every pod is scheduled (or annotated dra-testbed.io/may-pend),
+shows both side by side; more fleets (`--compare B,C,D` or the flag repeated) are shown in order with a change
+column per step (hardware evolution: A100 -> H100 -> B200 -> B300). Exit 0 when every pod is scheduled (or annotated dra-testbed.io/may-pend),
 1 when one stays pending, 2 on bad input.
 """
 
@@ -99,6 +100,26 @@ def rendered_inputs(args: argparse.Namespace) -> list:
     return found
 
 
+def compared(values: list[str] | None) -> list[str]:
+    """The fleets of every --compare, in order: each flag takes one layout or a comma-separated list."""
+    names = [name.strip() for value in values or () for name in value.split(",")]
+    if any(not name for name in names):
+        raise TryUsageError(f"--compare {','.join(values or ())}: an empty fleet name; valid: layout files or names in clusters/layouts/, comma-separated")
+    return names
+
+
+def distinct_names(fleets: list[Layout]) -> list[Layout]:
+    """A fleet named like an earlier one gets a letter (`h100-only-b`): its bed and its report column are its own."""
+    seen: set[str] = set()
+    out = []
+    for index, layout in enumerate(fleets):
+        if layout.name in seen:
+            layout = dataclasses.replace(layout, name=f"{layout.name}-{chr(ord('a') + index)}")
+        seen.add(layout.name)
+        out.append(layout)
+    return out
+
+
 def cmd_try(args: argparse.Namespace) -> int:
     from testbed.outcomes import render
     from testbed.outcomes.layouts import fleet_layout
@@ -106,9 +127,8 @@ def cmd_try(args: argparse.Namespace) -> int:
 
     try:
         manifests = load([*args.manifests, *args.filename, *rendered_inputs(args)], args.recursive)
-        fleets = [fleet_layout(args.fleet, args.node)] + ([resolve_fleet(args.compare)] if args.compare else [])
-        if args.compare and fleets[0].name == fleets[1].name:
-            fleets[1] = dataclasses.replace(fleets[1], name=f"{fleets[1].name}-b")
+        fleets = [fleet_layout(args.fleet, args.node)] + [resolve_fleet(name) for name in compared(args.compare)]
+        fleets = distinct_names(fleets)
         driver_spec(args)  # the driver seam, before anything starts
         results = [run_on_fleet(manifests, layout, args) for layout in fleets]
     except (ManifestError, TryUsageError) as exc:
@@ -127,6 +147,8 @@ def cmd_try(args: argparse.Namespace) -> int:
         console = Console(width=args.width) if args.width else Console()
         if len(results) == 2:
             render.compare_table(*results, console)
+        elif len(results) > 2:
+            render.evolution_table(results, console)
         else:
             render.table(results[0], console)
     if args.report and args.output != "html":
@@ -148,7 +170,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="refuse unknown and duplicate fields (exit 2, nothing created) instead of warning")
     p.add_argument("--fleet", help="layout file or name in clusters/layouts/ (e.g. mixed-h100-b200)")
     p.add_argument("--node", action="append", default=[], metavar="NAME=BOARD:COUNT:MODE", help="a GPU node of the fleet, as `up` takes it (instead of --fleet); repeatable")
-    p.add_argument("--compare", metavar="LAYOUT_B", help="also run on this fleet and show both side by side")
+    p.add_argument("--compare", action="append", metavar="LAYOUT_B[,LAYOUT_C...]",
+                   help="also run on this fleet and show both side by side; several (comma-separated or repeated): in order, a change column per step")
     p.add_argument("--k8s", type=minor, default=DEFAULT_MINOR, help=f"Kubernetes minor (default {DEFAULT_MINOR})")
     add_driver_options(p, what="the DRA driver publishing the devices")
     p.add_argument("--output", "-o", choices=OUTPUTS, default="table", help="table (default), json or html")

@@ -14,12 +14,12 @@ import yaml
 
 from fake_gpus.catalog import BOARD_KEYS, get_board
 from fake_gpus.machine.provision import ProvisionError, check_hardware
-from fake_gpus.node import Mode, ModeError, NodeHardware, check_mode_for_board
+from fake_gpus.node import SHARES_SUFFIX, Mode, ModeError, NodeHardware, check_mode_for_board, parse_shares
 from fake_gpus.node import parse_mode as parse_hardware_mode
 
 from testbed.errors import BadInputError
 
-NODE_KEYS = ("name", "board", "count", "mode", "replicas")
+NODE_KEYS = ("name", "board", "count", "mode", "consumableShares", "replicas")
 LAYOUT_KEYS = ("name", "description", "nodes")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # no layout grows past this, --allow-large or not: each node is an object in memory before anything starts
@@ -99,7 +99,8 @@ def _name(text: str, where: str) -> str:
 
 
 def parse_node_flag(flag: str) -> NodeSpec:
-    """A `--node NAME=BOARD:COUNT:MODE` flag (MODE defaults to whole)."""
+    """A `--node NAME=BOARD:COUNT:MODE` flag (MODE defaults to whole; `MODE:shares=memory|unlimited|<N>` shares
+    the node's devices as NVIDIA's --consumable-shares does)."""
     where = f"--node {flag}"
     if "=" not in flag:
         raise LayoutError(f"{where}: expected NAME=BOARD:COUNT:MODE, e.g. gpu-0=h100-80gb:8:whole")
@@ -142,6 +143,13 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
     board = _board(str(entry["board"]), where)
     count = _count(entry["count"], board, where)
     mode = _mode_on(board, str(entry.get("mode", "whole")), where)
+    if "consumableShares" in entry:  # NVIDIA's --consumable-shares for this pool
+        if mode.shares:  # two values for one setting: neither may silently win
+            raise LayoutError(f"{where}: consumableShares and a mode ending {SHARES_SUFFIX}{mode.shares} both set the shares; give one")
+        try:
+            mode = Mode(mode.kind, mode.mig_layout, parse_shares(str(entry["consumableShares"])))
+        except ModeError as exc:
+            raise LayoutError(f"{where}: {exc}") from exc
     replicas = entry.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise LayoutError(f"{where}: replicas {replicas!r} must be a whole number >= 1")
@@ -154,7 +162,7 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
 
 
 def load_layout(path: str | Path) -> Layout:
-    """A layout from a YAML file: `nodes: [{name, board, count, mode, replicas}]`."""
+    """A layout from a YAML file: `nodes: [{name, board, count, mode, consumableShares, replicas}]`."""
     file = Path(path)
     try:
         data = yaml.safe_load(file.read_text())

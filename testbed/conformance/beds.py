@@ -59,6 +59,8 @@ def kwok_bed(layout: Layout, k8s: str, driver: str | DriverSpec, env: dict[str, 
     """A fresh KWOK cluster running `driver` (a name: our driver under it; with `env`: fault switches) and
     the layout's GPU nodes: added by the suite after `up` where the driver follows nodes (node control)."""
     from testbed.clusters.kwok import KwokCluster
+    from testbed.clusters.kwok.driver import kwok_driver
+    from testbed.workloads.physical_watch import kwok_state_dirs
 
     name = f"conf-{uuid.uuid4().hex[:6]}"
     cluster = KwokCluster(name)
@@ -67,7 +69,13 @@ def kwok_bed(layout: Layout, k8s: str, driver: str | DriverSpec, env: dict[str, 
     up_layout = Layout((), name=layout.name) if late_nodes else layout
     with bed_session(ClusterSpec(name=name, k8s=k8s, layout=up_layout, driver=spec), cluster, keep=keep, client="retrying") as bed:
         subject = subject_of(bed.cluster, bed.api, spec.name, layout)
+        subject.node_nvml = kwok_state_dirs(bed.cluster.home)  # whichever driver serves them
+        if late_nodes:  # node.nvml-state prepares on a dynamic-MIG node only once the checks before it are done
+            by_name = {n.name: n for n in layout.nodes}
+            subject.serve_node = lambda node: kwok_driver(spec).join(bed.cluster.home, bed.kubeconfig, by_name[node])
         for node in layout.nodes if late_nodes else ():
+            if node.mode.shares:  # its plugin joins the stand-in kubelet, which prepares claims there: node.time-slicing
+                kwok_driver(spec).join(bed.cluster.home, bed.kubeconfig, node)
             subject.add_node(node)
         wait_published(subject, [n.name for n in layout.nodes])
         yield subject, bed.kubeconfig

@@ -15,7 +15,7 @@ from typing import Iterable
 from fake_gpus.driver.faults import UNDERDECLARED as _UNDERDECLARED_SWITCHES
 
 MUST, SHOULD = "MUST", "SHOULD"
-PROFILES = ("gpu", "mig", "dynamic-mig")
+PROFILES = ("gpu", "mig", "dynamic-mig", "shares")
 KWOK, KIND, EXISTING = "kwok", "kind", "existing"
 API_SIDE = (KWOK, KIND, EXISTING)
 NODE_SIDE = (KIND, EXISTING)
@@ -29,6 +29,12 @@ E2E_DRA = "kubernetes test/e2e/dra"
 NVIDIA_NAMES = "NVIDIA dra-driver-nvidia-gpu published names (DeviceClasses, attributes, capacities)"
 NVIDIA_MIG = "NVIDIA MIG user guide: supported MIG profiles"
 CNCF = "CNCF AI conformance: accelerators/dra_support"
+KEP_5075 = "KEP-5075 consumable capacity (allowMultipleAllocations, capacity requestPolicy, consumedCapacity)"
+NVIDIA_SHARES = "NVIDIA dra-driver-nvidia-gpu --consumable-shares (docs/design/sharing.md)"
+# A shareable device with an invalid request policy (no allowMultipleAllocations, a maximum above the capacity, a
+# step that does not divide the range) is refused by the API server with its whole slice: every such switch leaves
+# the sharing node without slices, which served-api, shares.published and sched.shared-capacity all see.
+SHARES_REFUSED = ("shares-not-multiple", "shares-exceed-device", "shares-step-not-divisor")
 LIFECYCLE = ("prepare-fails", "prepare-hangs")  # a driver that never prepares: every pod-starting check fails
 # One MIG profile under-declaring its memory slices (fake_gpus/driver/faults.py UNDERDECLARED): every such switch
 # is tied, so the default KWOK fleet (clusters/conformance/kwok-gpu-fleet.yaml) has a partitionable GPU of each
@@ -52,10 +58,10 @@ class Check:
 
 CHECKS: tuple[Check, ...] = (
     # --------------------------------------------------------------------- slices
-    # wrong-node: the static-MIG node's own pool is missing
+    # wrong-node: the static-MIG node's own pool is missing; SHARES_REFUSED: the sharing node's slices are refused
     Check("slices.served-api", MUST,
           "Every node the driver serves has ResourceSlices, accepted by the served resource.k8s.io version and within its limits.",
-          (VALIDATION, CNCF), API_SIDE, PROFILES, ("oversized-attribute", "wrong-node")),
+          (VALIDATION, CNCF), API_SIDE, PROFILES, ("oversized-attribute", "wrong-node", *SHARES_REFUSED)),
     Check("slices.pools-consistent", MUST,
           "Each pool's newest generation holds exactly resourceSliceCount slices, all agreeing on that count, with unique device names.",
           (KEP_4381,), API_SIDE, PROFILES, ("pool-count-wrong",)),
@@ -68,16 +74,31 @@ CHECKS: tuple[Check, ...] = (
     Check("slices.removed-with-node", MUST,
           "A GPU node that joins gets its slices, and its slices are removed when the node is deleted.",
           (KEP_4381, E2E_DRA), (KWOK,), ("gpu",), ("slices-outlive-node",), ("node-control",)),
-    # oversized-attribute, wrong-node: our publisher does not come back when a pool cannot be written or found
+    # oversized-attribute, wrong-node, SHARES_REFUSED: our publisher does not come back when a pool cannot be written or found
     Check("slices.stable-restart", SHOULD,
           "A driver restart with nothing changed keeps every slice's name, pool generation and content.",
-          (KEP_4381, E2E_DRA), (KWOK, KIND), PROFILES, ("restart-churn", "oversized-attribute", "wrong-node"), ("restart-driver",)),
+          (KEP_4381, E2E_DRA), (KWOK, KIND), PROFILES, ("restart-churn", "oversized-attribute", "wrong-node", *SHARES_REFUSED),
+          ("restart-driver",)),
     Check("partitions.within-counter-set", MUST,
           "Every device consumes only counters of a counter set in its pool, within its values, and a MIG device exactly its profile's memory slices.",
           (KEP_4815, NVIDIA_MIG), API_SIDE, ("dynamic-mig",), ("short-placement", *UNDERDECLARED)),
     Check("partitions.full-device-consumes-all", MUST,
           "The full-GPU device of each counter set consumes every counter of that set, all of it.",
           (KEP_4815,), API_SIDE, ("dynamic-mig",), ("oversized-counters",)),
+    # --------------------------------------------------------------------- shared devices (consumable capacity)
+    Check("shares.published", MUST,
+          "Every node that is to share its devices publishes them shareable (allowMultipleAllocations, request policies the API server accepts).",
+          (KEP_5075, VALIDATION, NVIDIA_SHARES), API_SIDE, ("shares",), SHARES_REFUSED),
+    # wrong-memory: the shared GPU publishes twice its memory, so a third claim fits where the real memory is spent
+    Check("sched.shared-capacity", MUST,
+          "Two claims asking memory of one shared device both get it, a third that would overcommit its real memory waits, and gets it once one is freed.",
+          (KEP_5075, NVIDIA_SHARES), API_SIDE, ("shares",), ("wrong-memory", *SHARES_REFUSED)),
+    # Prepare through the stand-in kubelet, NVML read on the node: KWOK beds of the suite's own. A driver that never
+    # prepares (LIFECYCLE) fails it too; those switches stay tied to the node-side checks only, so that the KWOK
+    # matrix needs no rows of theirs.
+    Check("node.time-slicing", MUST,
+          "A claim configured with NVIDIA's GpuConfig TimeSlicing (interval Long) is prepared with its GPU's time slice set to Long in NVML, or refused at prepare by a driver not offering it (then not-run).",
+          (NVIDIA_SHARES,), (KWOK,), ("shares",), ("sharing-ignored",), ("node-nvml",)),
     # --------------------------------------------------------------------- NVIDIA names
     Check("names.device-classes", MUST,
           "DeviceClasses gpu.nvidia.com and mig.nvidia.com exist and select only whole GPUs and only MIG devices.",
@@ -116,6 +137,14 @@ CHECKS: tuple[Check, ...] = (
           (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
           ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute", "wrong-memory",
            *UNDERDECLARED)),
+    # --------------------------------------------------------------------- the hardware after prepare (KWOK: NVML is local)
+    # Last of the KWOK checks: it has our driver's plugin join the stand-in kubelet on a dynamic-MIG node, which the
+    # scheduling checks before it use without any prepare. unprepare-leaks: the probe's instances outlive their claims.
+    Check("node.nvml-state", MUST,
+          "Each node's NVML state is what its prepared claims say and nothing more: a prepared MIG device is an instance "
+          "of its profile at its allocated placement, gone once unprepared; compute mode and time slice as their GpuConfig asks.",
+          (KEP_4815, NVIDIA_MIG, NVIDIA_SHARES), (KWOK,), ("dynamic-mig",), ("nvml-chooses-placement", "unprepare-leaks"),
+          ("node-nvml",)),
     # --------------------------------------------------------------------- node side (kubelet plugin)
     # Every node-side check starts pods: a driver that never prepares (prepare-fails, prepare-hangs) fails
     # them all, so those two faults are tied to each (LIFECYCLE).

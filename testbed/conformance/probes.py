@@ -59,12 +59,15 @@ class Probe:
 
 
 def start(subject: Subject, namespace: str, requests: list[dict], node: str | None = None,
-          constraints: list[dict] | None = None) -> str:
-    """Apply a claim template and a pod using it (pinned to `node` when given); returns the pod name."""
+          constraints: list[dict] | None = None, config: list[dict] | None = None) -> str:
+    """Apply a claim template (with `config`: the claim's device configuration) and a pod using it (pinned to
+    `node` when given); returns the pod name."""
     suffix = uuid.uuid4().hex[:6]
     devices: dict = {"requests": requests}
     if constraints:
         devices["constraints"] = constraints
+    if config:
+        devices["config"] = config
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": f"t-{suffix}"},
                 "spec": {"spec": {"devices": devices}}}
     spec: dict = {"containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
@@ -112,10 +115,10 @@ def settle(subject: Subject, namespace: str, pod_name: str, timeout: float = SET
 
 
 def run(subject: Subject, namespace: str, requests: list[dict], node: str | None = None,
-        constraints: list[dict] | None = None) -> Probe:
+        constraints: list[dict] | None = None, config: list[dict] | None = None) -> Probe:
     """start + settle, timed."""
     began = time.monotonic()
-    probe = settle(subject, namespace, start(subject, namespace, requests, node, constraints))
+    probe = settle(subject, namespace, start(subject, namespace, requests, node, constraints, config))
     probe.seconds = time.monotonic() - began
     return probe
 

@@ -93,8 +93,9 @@ def product(outcomes: Sequence[Outcome], info: RunInfo) -> dict:
             "accelerators": [
                 summary("dra_support", "Support Dynamic Resource Allocation (DRA) APIs to enable more flexible and fine-grained resource requests beyond simple counts.",
                         MUST, [o for o in outcomes if o.level == MUST]),
-                summary("gpu_sharing", "Hardware partitions (MIG) exposed as schedulable DRA devices.", SHOULD,
-                        by_prefix("partitions.", "names.mig-profiles", "sched.partitions", "sched.match-attribute")),
+                summary("gpu_sharing", "Hardware partitions (MIG) and shared devices exposed as schedulable DRA devices.", SHOULD,
+                        by_prefix("partitions.", "names.mig-profiles", "sched.partitions", "sched.match-attribute", "shares.",
+                                  "sched.shared-capacity", "node.time-slicing")),
             ],
             "security": [summary("secure_accelerator_access", "Containers see exactly the accelerators DRA allocated to them.", MUST,
                                  by_prefix("node.container-sees-its-devices", "node.shared-claim"))],

@@ -11,7 +11,8 @@ import traceback
 from pathlib import Path
 from typing import Callable, Iterable
 
-from testbed.conformance import generated, name_checks, node_checks, sched_checks, slice_checks
+from testbed.conformance import (generated, name_checks, node_checks, nvml_state_checks, sched_checks, share_checks, slice_checks,
+                                  strategy_checks)
 from testbed.conformance.checks import Check
 from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, CheckFailed, Evidence, NotRun, Outcome
 from testbed.conformance.subject import Subject
@@ -27,6 +28,9 @@ PROBES: dict[str, Probe] = {
     "slices.stable-restart": slice_checks.stable_restart,
     "partitions.within-counter-set": slice_checks.within_counter_set,
     "partitions.full-device-consumes-all": slice_checks.full_device_consumes_all,
+    "shares.published": share_checks.published,
+    "sched.shared-capacity": share_checks.shared_capacity,
+    "node.time-slicing": strategy_checks.time_slicing,
     "names.device-classes": name_checks.device_classes,
     "names.attributes": name_checks.attributes,
     "names.mig-profiles": name_checks.mig_profiles,
@@ -37,6 +41,7 @@ PROBES: dict[str, Probe] = {
     "sched.match-attribute": sched_checks.match_attribute,
     "sched.partitions": sched_checks.partitions,
     "sched.generated": generated.generated,
+    "node.nvml-state": nvml_state_checks.nvml_state,
     "slices.nvml-agree": node_checks.nvml_agrees,
     "node.prepare-unprepare": node_checks.prepare_unprepare,
     "node.container-sees-its-devices": node_checks.container_sees_its_devices,

@@ -8,7 +8,8 @@ for a while). Against an existing cluster none exists, so the checks needing the
 the suite changes nothing beyond its own namespace. A check that lists a node's MIG devices needs
 `node-monitor` (the nodes' driver root). Node-side checks need `workload-image`: an image whose entry
 point prints, as JSON, what NVML shows inside the container (fake_gpus/nvml/report.py on nvidia-ml-py;
-`--sleep` keeps it up).
+`--sleep` keeps it up). A check that reads a node's NVML settings directly (a KWOK bed's nodes keep their fake
+NVML state on this machine, and no container runs there to read it) needs `node-nvml`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class Subject(ApiViews):
     # the nodes' NVIDIA driver root (holding libnvidia-ml), where a monitoring pod loads NVML as the node's own
     # tools do: `node-monitor`
     driver_root: str | None = None
+    # each node's fake-NVML state directory, where the suite's own KWOK bed keeps it: `node-nvml`
+    node_nvml: Callable[[str], Path] | None = None
+    # have a node's claims prepared from now on where the bed serves only some (our driver on KWOK: the node's plugin
+    # joins the stand-in kubelet); None where every node's already are
+    serve_node: Callable[[str], None] | None = None
     namespaces: list[str] = field(default_factory=list)
 
     @property
@@ -76,6 +82,8 @@ class Subject(ApiViews):
             caps.add("workload-image")
         if self.driver_root:
             caps.add("node-monitor")
+        if self.node_nvml:
+            caps.add("node-nvml")
         return caps
 
     def slices(self) -> list[dict]:

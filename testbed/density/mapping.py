@@ -21,7 +21,7 @@ from fake_gpus.catalog import get_board
 from fake_gpus.driver.identity import DriverIdentity
 from testbed.density.trace import TracePod
 
-COMPUTE_SLICES = 7  # of every MIG-capable board the catalog knows
+COMPUTE_SLICES = 7  # the shares are sevenths (most MIG boards'); a 4-slice board's 1g covers 1/4, more than 1/7
 SIZES = (1, 2, 3, 4, 7)  # compute slices of the GPU-instance profiles NVIDIA ships
 
 
@@ -41,13 +41,18 @@ def compute_size(gpu_milli: int) -> int:
 
 
 def fleet_profiles(boards: Iterable[str]) -> dict[int, tuple[str, ...]]:
-    """Per compute size, the least-memory profile of that size on each board (no +me profiles)."""
+    """Per compute size, the least-memory profile of that size on each board (no +me, +gfx, -me variants).
+
+    A board split into 4 compute slices (A30, RTX PRO 6000) has no 7g: its whole-GPU profile is its full-size
+    MIG device, so it stands in the 7g tier too (a whole-GPU pod's MIG fallback)."""
     found: dict[int, set[str]] = {size: set() for size in SIZES}
     for key in set(boards):
-        for size in SIZES:
-            candidates = [p for p in get_board(key).gpu_instance_profiles if p.slice_count == size and "+" not in p.name]
-            if candidates:
-                found[size].add(min(candidates, key=lambda p: p.memory_slices).name)
+        board = get_board(key)
+        plain = [p for p in board.gpu_instance_profiles if "+" not in p.name and "-" not in p.name]
+        for size in {*SIZES} & {p.slice_count for p in plain}:
+            found[size].add(min((p for p in plain if p.slice_count == size), key=lambda p: p.memory_slices).name)
+        if plain and board.compute_slices != COMPUTE_SLICES:
+            found[COMPUTE_SLICES].add(next(p.name for p in plain if p.slice_count == board.compute_slices))
     return {size: tuple(sorted(names)) for size, names in found.items()}
 
 

@@ -79,3 +79,10 @@ def container_view(specs: list[dict], device_ids: list[str]) -> ContainerView:
             target = links[target]
         files[link] = files.get(target, IN_IMAGE + target)
     return ContainerView(files, frozenset(nodes), env)
+
+
+def mount_options(specs: list[dict], device_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    """Container path -> the options of the mount the specs give it for `device_ids` (the last one wins, as
+    in container_view): what a view leaves out, and a sharing strategy's mounts must match in."""
+    return {m["containerPath"]: tuple(m.get("options") or ()) for device_id in device_ids
+            for edits in _edits(specs, device_id) for m in edits.get("mounts") or []}

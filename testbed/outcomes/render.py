@@ -1,4 +1,5 @@
-"""Outcomes for people: a rich table, JSON, or an HTML report (the project's report style), one fleet or two."""
+"""Outcomes for people: a rich table, JSON, or an HTML report (the project's report style), one fleet, two side by
+side, or more in order (hardware evolution: a change column per step)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from testbed.outcomes.evolution import evolution_rows, step_tally
 from testbed.outcomes.explain import Allocation, PodOutcome
 from testbed.outcomes.run import RunResult
 from testbed.templates import render_html
@@ -139,6 +141,27 @@ def compare_table(a: RunResult, b: RunResult, console: Console) -> None:
             console.print(f"{result.fleet}: {line}", markup=False, highlight=False)
 
 
+def evolution_table(results: Sequence[RunResult], console: Console) -> None:
+    """Three or more fleets in order: a column per fleet and a change column per step, then a tally per step."""
+    grid = Table(title=" -> ".join(r.fleet for r in results), show_lines=True)
+    grid.add_column("pod", overflow="fold")
+    for i, result in enumerate(results):
+        grid.add_column(result.fleet, overflow="fold")
+        if i:
+            grid.add_column(f"{results[i - 1].fleet} -> {result.fleet}", overflow="fold")
+    rows = evolution_rows(results, labels)
+    for row in rows:
+        cells = [_cell(row.pods[0])]
+        for pod, moved in zip(row.pods[1:], row.steps):
+            cells += [_cell(pod), moved.text if moved.kind != "keeps" else f"[dim]{moved.text}[/dim]"]
+        grid.add_row(row.label, *cells)
+    console.print(grid)
+    for line in step_tally(rows, results):
+        console.print(line, markup=False, highlight=False)
+    for result in results:
+        console.print(summary(result))
+
+
 def change(left: PodOutcome | None, right: PodOutcome | None) -> str:
     before = left.verdict if left else "absent"
     after = right.verdict if right else "absent"
@@ -160,6 +183,12 @@ def _cell(pod: PodOutcome | None) -> str:
 def as_json(results: Sequence[RunResult]) -> str:
     if len(results) == 1:
         return json.dumps(results[0].as_dict(), indent=2)
+    if len(results) > 2:
+        rows = evolution_rows(results, labels)
+        evolution = [{"pod": row.label, "fleets": [pod.as_dict() if pod else None for pod in row.pods],
+                      "steps": [{"kind": s.kind, "text": s.text} for s in row.steps]} for row in rows]
+        return json.dumps({"fleets": [r.as_dict() for r in results], "evolution": evolution,
+                           "steps": step_tally(rows, results)}, indent=2)
     a, b = results
     rows = [{"pod": label, "a": left.as_dict() if left else None, "b": right.as_dict() if right else None,
              "change": change(left, right)} for label, left, right in compare_rows(a, b)]
@@ -167,15 +196,21 @@ def as_json(results: Sequence[RunResult]) -> str:
 
 
 def as_html(results: Sequence[RunResult], title: str) -> str:
-    """The report page: one section per fleet, and the comparison when there are two."""
+    """The report page: one section per fleet, and the comparison when there are two or more (a change per step)."""
     fleets = []
     for result in results:
         names = labels(result)
-        fleets.append({"result": result, "summary": summary(result), "rows": [
+        fleets.append({"result": result, "summary": summary(result), "remarks": remarks(result), "rows": [
             {"label": names[id(p)], "pod": p, "placement": placement(p), "devices": [device_text(a) for a in p.allocations],
-             "legacy": legacy_text(p), "why": why(p)} for p in result.pods]})
+             "legacy": legacy_text(p), "why": why(p)} for p in result.pods],
+            "claims": [{"claim": c, "shown": c.name if c.namespace.startswith("try-") else f"{c.namespace}/{c.name}",
+                        "devices": [f"{device_text(a)} on {a.node}" for a in c.allocations]} for c in result.claims],
+            "classes": [{"class": d, "boards": ", ".join(f"{n} on {b}" for b, n in d.boards.items())} for d in result.device_classes]})
     comparison = None
     if len(results) == 2:
-        comparison = [{"label": label, "left": left and placement(left), "right": right and placement(right),
-                       "change": change(left, right)} for label, left, right in compare_rows(*results)]
+        comparison = [{"label": label, "cells": [left and placement(left), right and placement(right)],
+                       "changes": [change(left, right)]} for label, left, right in compare_rows(*results)]
+    elif len(results) > 2:
+        comparison = [{"label": row.label, "cells": [pod and placement(pod) for pod in row.pods],
+                       "changes": [s.text for s in row.steps]} for row in evolution_rows(results, labels)]
     return render_html("outcomes.html.j2", title=title, fleets=fleets, comparison=comparison)

@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from testbed.errors import BadInputError
 from testbed.workloads.selectors import OPS
 
@@ -98,7 +100,7 @@ def _selector(data: Any, where: str) -> None:
 
 
 def _subrequest(data: Any, where: str) -> None:
-    _keys(data, where, ("name", "class", "selectors", "all", "count", "adminAccess"))
+    _keys(data, where, ("name", "class", "selectors", "all", "count", "adminAccess"), ("capacity",))
     _name(data["name"], f"{where}.name")
     _type(data["class"], str, f"{where}.class", "a DeviceClass name")
     for i, sel in enumerate(_list(data["selectors"], f"{where}.selectors", "selectors")):
@@ -108,6 +110,12 @@ def _subrequest(data: Any, where: str) -> None:
     if data["count"] < 1:
         raise _fail(f"{where}.count", f"{data['count']} is below 1", "a whole number >= 1")
     _type(data["adminAccess"], bool, f"{where}.adminAccess", "true or false")
+    for name, amount in _type(data.get("capacity", {}), dict, f"{where}.capacity", "an object of capacity name to quantity").items():
+        _type(amount, str, f"{where}.capacity.{name}", "a quantity such as 4Gi")
+        try:
+            parse_quantity(amount)
+        except ValueError:
+            raise _fail(f"{where}.capacity.{name}", f"{amount!r} is not a quantity", "a quantity such as 4Gi") from None
 
 
 def _claim(data: Any, where: str) -> None:

@@ -14,6 +14,8 @@ from typing import Iterable, Mapping, Union
 
 from kubernetes.utils.quantity import parse_quantity
 
+from testbed.workloads.capacity import CapacityPolicy
+
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
@@ -83,6 +85,9 @@ class Device:
     attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, Decimal]
     consumes: tuple[tuple[CounterSetId, tuple[tuple[str, Decimal], ...]], ...] = ()
+    # consumable capacity: several allocations may hold the device at once, each consuming some of its capacity
+    allow_multiple: bool = False
+    policies: Mapping[str, CapacityPolicy] = field(default_factory=dict)  # capacity name -> its requestPolicy
 
     @property
     def driver(self) -> str:
@@ -139,6 +144,9 @@ class Inventory:
                     attributes={_qualified(driver, k): _attribute_value(v) for k, v in (raw.get("attributes") or {}).items()},
                     capacity={_qualified(driver, k): Decimal(parse_quantity(v["value"])) for k, v in (raw.get("capacity") or {}).items()},
                     consumes=consumes,
+                    allow_multiple=bool(raw.get("allowMultipleAllocations")),
+                    policies={_qualified(driver, k): policy for k, v in (raw.get("capacity") or {}).items()
+                              if (policy := CapacityPolicy.parse(v.get("requestPolicy"))) is not None},
                 )
         return inventory
 

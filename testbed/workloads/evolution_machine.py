@@ -12,6 +12,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple, precondition, rule
 
+from fake_gpus.catalog import all_boards
 from fake_gpus.node import parse_mode
 from testbed.clusters.kwok.fleet import KwokFleet
 from testbed.clusters.layout import NodeSpec
@@ -22,14 +23,17 @@ from testbed.workloads.model import PodSpec
 from testbed.workloads.runner import Runner
 from testbed.workloads.strategies import churn_pod_specs
 
-BOARDS = ("h100-80gb", "h200-141gb", "b200-180gb", "gb200-186gb")
+# Every board a node can join in each of MODES: the catalog's MIG boards with NVIDIA's all-balanced layout (A100 to
+# B300, GH200, RTX PRO 6000; the boards without MIG have no MIG mode), so a new board file joins the machine.
+BOARDS = tuple(b.key for b in all_boards() if "all-balanced" in b.mig_layouts)
 MODES = ("whole", "dynamic-mig", "static-mig:all-balanced")
 MAX_LIVE_PODS, MAX_NODES = 4, 4
 
 
 def evolution_machine(fleet: KwokFleet, api, bundle: Path, context: dict | None = None,
-                      stats: dict[str, int] | None = None) -> type[RuleBasedStateMachine]:
-    """A state machine class over `fleet`'s cluster (its API client `api`)."""
+                      stats: dict[str, int] | None = None, runner_fields: dict | None = None) -> type[RuleBasedStateMachine]:
+    """A state machine class over `fleet`'s cluster (its API client `api`); `runner_fields` reach each example's
+    Runner (a node_check: testbed.workloads.physical_watch judges every node's NVML after every step)."""
 
     class EvolutionMachine(RuleBasedStateMachine):
         pods = Bundle("pods")
@@ -38,7 +42,8 @@ def evolution_machine(fleet: KwokFleet, api, bundle: Path, context: dict | None 
             super().__init__()
             self.start = {n.name for n in fleet.layout().nodes}
             # the fleet as this example finds it: what its bundle's replay brings up
-            runner = Runner(api, layout_yaml(fleet.layout()), bundle_dir=bundle, context=dict(context or {})).open()
+            runner = Runner(api, layout_yaml(fleet.layout()), bundle_dir=bundle, context=dict(context or {}),
+                            **(runner_fields or {})).open()
             self.evo = Evolution(runner, fleet)
             self.made = 0
 

@@ -14,7 +14,8 @@ PLACEHOLDER_IMAGE = "registry.invalid/none:0"  # KWOK never pulls it
 
 @dataclass(frozen=True)
 class SubRequest:
-    """What one (sub)request asks for: a class, selectors, and ExactCount `count` or All."""
+    """What one (sub)request asks for: a class, selectors, ExactCount `count` or All, and maybe capacity of each
+    device (consumable capacity: `capacity` pairs a capacity name with a quantity, e.g. ("memory", "4Gi"))."""
 
     name: str
     device_class: str
@@ -22,6 +23,7 @@ class SubRequest:
     all_devices: bool = False
     count: int = 1
     admin_access: bool = False  # only on `exactly` requests, as the API allows
+    capacity: tuple[tuple[str, str], ...] = ()
 
     def body(self, driver: str) -> dict:
         body: dict = {"deviceClassName": self.device_class}
@@ -34,16 +36,21 @@ class SubRequest:
             body["count"] = self.count
         if self.admin_access:
             body["adminAccess"] = True
+        if self.capacity:
+            body["capacity"] = {"requests": dict(self.capacity)}
         return body
 
     def describe(self) -> dict:
-        return {"name": self.name, "class": self.device_class, "selectors": [s.describe() for s in self.selectors],
-                "all": self.all_devices, "count": self.count, "adminAccess": self.admin_access}
+        described = {"name": self.name, "class": self.device_class, "selectors": [s.describe() for s in self.selectors],
+                     "all": self.all_devices, "count": self.count, "adminAccess": self.admin_access}
+        if self.capacity:  # left out when none, so bundles written before consumable capacity read the same
+            described["capacity"] = dict(self.capacity)
+        return described
 
     @classmethod
     def from_description(cls, data: dict) -> SubRequest:
         return cls(data["name"], data["class"], tuple(from_description(s) for s in data["selectors"]),
-                   data["all"], data["count"], data["adminAccess"])
+                   data["all"], data["count"], data["adminAccess"], tuple(sorted((data.get("capacity") or {}).items())))
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ devices of the ResourceSlices (a Snapshot of both)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Mapping
 
 from kubernetes import client
+from kubernetes.utils.quantity import parse_quantity
 
 from testbed.workloads.devices import DeviceId, Inventory
 from testbed.workloads.oracle import Result
@@ -35,6 +37,14 @@ def _node_of(allocation: Mapping) -> str | None:
     return None
 
 
+def _result(raw: Mapping) -> Result:
+    """One allocation result; a share's consumed capacity keyed by fully qualified name, as the model keys capacity."""
+    consumed = tuple(sorted((name if "/" in name else f"{raw['driver']}/{name}", Decimal(parse_quantity(amount)))
+                            for name, amount in (raw.get("consumedCapacity") or {}).items()))
+    return Result(raw["request"], DeviceId(raw["driver"], raw["pool"], raw["device"]), bool(raw.get("adminAccess")),
+                  raw.get("shareID"), consumed)
+
+
 def observe_claims(resource: client.ResourceV1Api) -> list[ObservedClaim]:
     """Every ResourceClaim of the cluster, with its allocation if it has one."""
     serialize = resource.api_client.sanitize_for_serialization
@@ -44,8 +54,7 @@ def observe_claims(resource: client.ResourceV1Api) -> list[ObservedClaim]:
         status = data.get("status") or {}
         allocation = status.get("allocation") or {}
         devices = allocation.get("devices") or {}
-        results = [Result(r["request"], DeviceId(r["driver"], r["pool"], r["device"]), bool(r.get("adminAccess")))
-                   for r in devices.get("results") or []]
+        results = [_result(r) for r in devices.get("results") or []]
         claims.append(ObservedClaim(
             data["metadata"]["namespace"], data["metadata"]["name"], _node_of(allocation) if allocation else None,
             results, devices.get("config") or [], [r["name"] for r in status.get("reservedFor") or []],

@@ -7,7 +7,10 @@ observed allocation satisfy its claim? The search follows the facts of the sched
 alternatives in order, first full solution wins; `All` takes every matching device of the node or
 fails; a `matchAttribute` constraint needs the attribute on every device it covers; adminAccess
 devices may be in use elsewhere but never twice in one claim, and do not count as in use afterwards;
-devices that consume counters need every consumed counter available.
+devices that consume counters need every consumed counter available. With consumable capacity
+(DRAConsumableCapacity, testbed.workloads.capacity) a device that allows multiple allocations is never in
+use: each allocation takes a share of its capacity, rounded per its request policies, while the shares
+held together fit; on every device a request's capacity must be published and fit.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from kubernetes.utils.quantity import parse_quantity
+
 from fake_gpus.driver.identity import DriverIdentity
+from testbed.workloads.capacity import consumption, fits
 from testbed.workloads.devices import AttributeValue, CounterSetId, Device, DeviceId, Inventory, Version
 from testbed.workloads.model import ClaimSpec, MatchAttribute, Request, SubRequest
 from testbed.workloads.selectors import AllOf, DriverIs, Selector, StringIs
@@ -53,19 +59,24 @@ def check_classes(identity: DriverIdentity, served: Mapping[str, list[str]]) -> 
 
 @dataclass(frozen=True)
 class Result:
-    """One device of an allocation result; `request` is `req` or `req/sub`."""
+    """One device of an allocation result; `request` is `req` or `req/sub`. A share of a device that allows
+    multiple allocations has a `share_id` and what it `consumed` of each capacity (fully qualified names)."""
 
     request: str
     device: DeviceId
     admin: bool = False
+    share_id: str | None = None
+    consumed: tuple[tuple[str, Decimal], ...] = ()
 
 
 @dataclass
 class Usage:
-    """What live allocations hold: devices in use (admin access excluded) and counters consumed."""
+    """What live allocations hold: devices in use (admin access excluded), counters consumed, and the capacity
+    that shares of multiply allocatable devices hold."""
 
     in_use: dict[DeviceId, str] = field(default_factory=dict)  # device -> claim holding it
     consumed: dict[CounterSetId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
+    shared: dict[DeviceId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
 
     @classmethod
     def of(cls, inventory: Inventory, allocations: Iterable[tuple[str, Sequence[Result]]]) -> Usage:
@@ -74,6 +85,12 @@ class Usage:
             for result in results:
                 if result.admin:
                     continue  # the scheduler does not count admin-access results as allocated
+                if result.share_id is not None:
+                    # a share: the device stays free for other shares. Counters of shared devices are not
+                    # modelled (the search refuses to decide on such devices, see _Search.candidates)
+                    for name, amount in result.consumed:
+                        usage.shared[result.device][name] += amount
+                    continue
                 usage.in_use[result.device] = owner
                 device = inventory.devices.get(result.device)
                 for counter_set, counters in device.consumes if device else ():
@@ -95,6 +112,8 @@ class _State:
     usage: Usage
     inventory: Inventory
     tentative: dict[DeviceId, set[int]] = field(default_factory=lambda: defaultdict(set))
+    # capacity taken by shares tentatively allocated in this search, per device
+    sharing: dict[DeviceId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
     counters: dict[CounterSetId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
     # per claim, per constraint: [value, number of devices]
     constraint_state: list[list[list]] = field(default_factory=list)
@@ -127,12 +146,32 @@ class _Search:
         device_class = self.classes.get(alternative.device_class)
         if device_class is None:
             return []  # an unknown class: the scheduler cannot allocate it anywhere
-        return [d for d in self.devices
-                if device_class.matches(d) and all(s.matches(d) for s in alternative.selectors)]
+        found = [d for d in self.devices if device_class.matches(d) and all(s.matches(d) for s in alternative.selectors)]
+        if any(d.allow_multiple and d.consumes for d in found):
+            # how the allocator counts the counters of a shared partitionable device is not modelled: no answer
+            raise ModelTooLarge("a shared device that consumes counters")
+        return found
+
+    def _asked(self, device: Device, alternative: SubRequest) -> dict[str, Decimal]:
+        return {(name if "/" in name else f"{device.driver}/{name}"): Decimal(parse_quantity(amount))
+                for name, amount in alternative.capacity}
+
+    def _consumption(self, device: Device, alternative: SubRequest) -> dict[str, Decimal] | None:
+        """What taking `device` for `alternative` consumes of its capacity, or None when it does not fit there."""
+        consumed = consumption(self._asked(device, alternative), device.capacity, device.policies)
+        if consumed is None:
+            return None
+        held = self.state.sharing.get(device.id, {})
+        if device.allow_multiple:
+            before = self.state.usage.shared.get(device.id, {})
+            held = {name: before.get(name, Decimal(0)) + held.get(name, Decimal(0)) for name in device.capacity}
+        return consumed if fits(consumed, held, device.capacity) else None
 
     # --- one device -------------------------------------------------------------------------------
 
     def _free(self, device: Device, claim: int, admin: bool) -> bool:
+        if admin and device.allow_multiple:
+            return True  # the allocator keeps no claim from a second share of a shared device
         if admin:
             return claim not in self.state.tentative.get(device.id, ())
         return device.id not in self.state.usage.in_use and not self.state.tentative.get(device.id)
@@ -160,12 +199,18 @@ class _Search:
                 return False
         return True
 
-    def _take(self, device: Device, claim: int, request: Request, index: int) -> None:
+    def _take(self, device: Device, claim: int, request: Request, index: int, consumed: Mapping[str, Decimal]) -> None:
         alternative = request.alternatives[index]
         self.state.budget -= 1
         if self.state.budget < 0:
             raise ModelTooLarge("search budget exhausted")
-        self.state.tentative[device.id].add(claim)
+        share_id, share = None, ()
+        if device.allow_multiple:
+            for name, amount in consumed.items():
+                self.state.sharing[device.id][name] += amount
+            share_id, share = "model", tuple(sorted(consumed.items()))
+        else:
+            self.state.tentative[device.id].add(claim)
         for counter_set, counters in device.consumes:
             for name, amount in counters:
                 self.state.counters[counter_set][name] += amount
@@ -173,10 +218,12 @@ class _Search:
             if _applies(constraint, request, alternative):
                 slot[0] = device.attribute(constraint.attribute) if slot[1] == 0 else slot[0]
                 slot[1] += 1
-        self.picked[claim].append(Result(request.result_name(index), device.id, alternative.admin_access))
+        self.picked[claim].append(Result(request.result_name(index), device.id, alternative.admin_access, share_id, share))
 
     def _give_back(self, device: Device, claim: int, request: Request, index: int) -> None:
         alternative = request.alternatives[index]
+        for name, amount in self.picked[claim][-1].consumed:
+            self.state.sharing[device.id][name] -= amount
         self.state.tentative[device.id].discard(claim)
         for counter_set, counters in device.consumes:
             for name, amount in counters:
@@ -218,11 +265,12 @@ class _Search:
             taken: list[Device] = []
             try:
                 for device in candidates:
-                    if not (self._free(device, claim, alternative.admin_access) and self._counters_fit(device)):
+                    consumed = self._consumption(device, alternative)
+                    if not (self._free(device, claim, alternative.admin_access) and self._counters_fit(device)) or consumed is None:
                         return
                     if not self._constraints_ok(device, claim, request, alternative):
                         raise _Abort(f"request {request.name}: a constraint rejects one of all its devices")
-                    self._take(device, claim, request, alt_index)
+                    self._take(device, claim, request, alt_index, consumed)
                     taken.append(device)
                 yield from self._request(claim, index + 1)
             finally:
@@ -239,14 +287,20 @@ class _Search:
             yield from self._request(claim, index + 1)
             return
         alternative = request.alternatives[alt_index]
-        for position in range(start, len(candidates) - remaining + 1):
+        # a shared device may serve several devices of one request (the allocator never marks it in use), so then
+        # the walk is over multisets: the next pick may start at the same device
+        shared = any(d.allow_multiple for d in candidates[start:])
+        for position in range(start, len(candidates) if shared else len(candidates) - remaining + 1):
             device = candidates[position]
-            if not (self._free(device, claim, alternative.admin_access) and self._counters_fit(device)
-                    and self._constraints_ok(device, claim, request, alternative)):
+            if not (self._free(device, claim, alternative.admin_access) and self._counters_fit(device)):
                 continue
-            self._take(device, claim, request, alt_index)
+            consumed = self._consumption(device, alternative)
+            if consumed is None or not self._constraints_ok(device, claim, request, alternative):
+                continue
+            self._take(device, claim, request, alt_index, consumed)
             try:
-                yield from self._pick(claim, index, request, alt_index, candidates, position + 1, remaining - 1)
+                following = position if device.allow_multiple else position + 1
+                yield from self._pick(claim, index, request, alt_index, candidates, following, remaining - 1)
             finally:
                 self._give_back(device, claim, request, alt_index)
 
@@ -338,7 +392,7 @@ def check_claim(inventory: Inventory, claim: ClaimSpec, results: Sequence[Result
         elif device.node != node:
             problems.append(Violation("soundness", f"{owner}: device {result.device} belongs to node {device.node}, the pod runs on {node}",
                                       node, device.node))
-        if result.device in seen:
+        if result.device in seen and result.share_id is None:
             problems.append(Violation("soundness", f"{owner}: device {result.device} allocated twice in one claim", None, str(result.device)))
         seen.add(result.device)
     unknown = set(by_request) - {r.name for r in claim.requests}
@@ -369,6 +423,9 @@ def check_claim(inventory: Inventory, claim: ClaimSpec, results: Sequence[Result
         for result in got:
             if result.admin != alternative.admin_access:
                 problems.append(Violation("soundness", f"{owner}: {result.device} adminAccess {result.admin}, request asked {alternative.admin_access}"))
+            device = inventory.devices.get(result.device)
+            if device is not None:
+                problems += share_violations(device, alternative, result, owner)
         if alternative.all_devices:
             wanted = {d.id for d in inventory.on_node(node)
                       if device_class is not None and device_class.matches(d) and all(s.matches(d) for s in alternative.selectors)}
@@ -393,18 +450,45 @@ def check_claim(inventory: Inventory, claim: ClaimSpec, results: Sequence[Result
     return problems
 
 
+def share_violations(device: Device, alternative: SubRequest, result: Result, owner: str) -> list[Violation]:
+    """One result against consumable capacity: the request's capacity is published and fits the device, a shared
+    device's result is a share (and only such a device's), and it consumed what the allocator's rounding gives."""
+    asked = {(n if "/" in n else f"{device.driver}/{n}"): Decimal(parse_quantity(a)) for n, a in alternative.capacity}
+    expected = consumption(asked, device.capacity, device.policies)
+    if expected is None or not fits(expected, {}, device.capacity):
+        return [Violation("soundness", f"{owner}: {device.id} cannot serve capacity {dict(alternative.capacity)} under its policies",
+                          None, _device_facts(device))]
+    if device.allow_multiple != (result.share_id is not None):
+        return [Violation("soundness", f"{owner}: {device.id} allows multiple allocations: {device.allow_multiple}, "
+                          f"its result has a shareID: {result.share_id is not None}")]
+    if device.allow_multiple and dict(result.consumed) != expected:
+        return [Violation("soundness", f"{owner}: {device.id} consumed capacity differs from the request rounded per the device's policies",
+                          expected, dict(result.consumed))]
+    return []
+
+
 def check_usage(inventory: Inventory, allocations: Sequence[tuple[str, Sequence[Result]]]) -> list[Violation]:
-    """No device held by two claims (admin access aside); no shared counter over-committed."""
+    """No device held by two claims (admin access and shares aside), nor held whole and shared at once; no device
+    holding more capacity in shares than it has; no shared counter over-committed."""
     problems: list[Violation] = []
     holders: dict[DeviceId, list[str]] = defaultdict(list)
     for owner, results in allocations:
         for result in results:
-            if not result.admin:
+            if not result.admin and result.share_id is None:
                 holders[result.device].append(owner)
     for device, owners in holders.items():
         if len(owners) > 1:
             problems.append(Violation("soundness", f"device {device} is allocated to {len(owners)} claims", 1, owners, double=True))
     usage = Usage.of(inventory, allocations)
+    for device_id, held in usage.shared.items():
+        if device_id in holders:
+            problems.append(Violation("soundness", f"device {device_id} is allocated whole and in shares at once", None,
+                                      holders[device_id], double=True))
+        capacity = inventory.devices[device_id].capacity if device_id in inventory.devices else {}
+        for name, amount in held.items():
+            if name in capacity and amount > capacity[name]:
+                problems.append(Violation("soundness", f"device {device_id} holds {amount} of {name} in shares, more than its {capacity[name]}",
+                                          str(capacity[name]), str(amount), double=True))
     for counter_set, consumed in usage.consumed.items():
         capacity = inventory.counters.get(counter_set, {})
         for name, amount in consumed.items():

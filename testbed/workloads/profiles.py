@@ -44,3 +44,8 @@ DYNAMIC_LAYOUT = Layout((
 ), name="properties-dynamic")
 # What the fault-bite tests bring up once per fault: one partitionable H100.
 FAULT_LAYOUT = Layout((NodeSpec("dyn-h100", "h100-80gb", 1, Mode("dynamic-mig")),), name="properties-fault")
+# Whole GPUs that claims share (consumable capacity): shares of 4 on two H100s, memory shares on one H200.
+SHARED_LAYOUT = Layout((
+    NodeSpec("share-h100", "h100-80gb", 2, Mode("whole", shares="4")),
+    NodeSpec("mem-h200", "h200-141gb", 1, Mode("whole", shares="memory")),
+), name="properties-shared")

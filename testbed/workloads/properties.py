@@ -17,7 +17,7 @@ from testbed.workloads.model import ClaimSpec, PodSpec, SharedClaim
 from testbed.workloads.observe import ObservedClaim, Snapshot
 from testbed.workloads.oracle import Solution, Usage, Violation, check_claim, check_usage
 from testbed.workloads.selectors import Selector
-from testbed.workloads.truth import physical_violations
+from testbed.workloads.truth import physical_violations, shared_memory_violations
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ def soundness(world: World, specs: Mapping[str, PodSpec], shared: Mapping[str, S
 
     `truth` maps a published device to what the hardware really is (physical checks), if known."""
     snap = world.snapshot
-    problems = check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
+    problems = (check_usage(snap.inventory, snap.allocations()) + physical_violations(snap.inventory, snap.allocations())
+                + shared_memory_violations(snap.inventory, snap.allocations()))
     for name, spec in specs.items():
         pod = world.pods.get(name)
         if pod is None:

@@ -282,6 +282,8 @@ class Runner:
         if node and expected is not None:
             problems += properties.placement(pod.name, node, expected) or self._fallback(pod, before, after, expected[node], node)
         self._count("scheduled" if node else "rejected")
+        if node and _sharing(after):
+            self._count("co-located")  # a GPU holds shares of two claims or more: sharing was exercised
         self.fail_if(problems or self._node_side(after), after)
         return bool(node)
 
@@ -380,6 +382,16 @@ class Runner:
                 self.check_released(step.node)
             else:
                 raise ValueError(f"unknown step {step!r}")
+
+
+def _sharing(snap: Snapshot) -> bool:
+    """Some device holds shares of two claims or more."""
+    owners: dict = {}
+    for owner, results in snap.allocations():
+        for result in results:
+            if result.share_id is not None:
+                owners.setdefault(result.device, set()).add(owner)
+    return any(len(o) > 1 for o in owners.values())
 
 
 def _scheduled(pod) -> bool:

@@ -120,3 +120,30 @@ def placement_matches_name(device: Device) -> bool:
 
 def held_devices(allocations: Sequence[tuple[str, Sequence[Result]]]) -> set[DeviceId]:
     return {r.device for _, results in allocations for r in results if not r.admin}
+
+
+def shared_memory_violations(inventory: Inventory, allocations: Sequence[tuple[str, Sequence[Result]]]) -> list[Violation]:
+    """Shared devices against the board's real memory: no request policy of theirs lets one claim take more
+    (default, maximum, valid values), and the shares held at once never add up to more."""
+    problems = []
+    held: dict[DeviceId, Decimal] = defaultdict(Decimal)
+    for _owner, results in allocations:
+        for result in results:
+            device = inventory.devices.get(result.device)
+            if device is not None and result.share_id is not None:
+                held[device.id] += dict(result.consumed).get(f"{device.driver}/memory", Decimal(0))
+    for device in inventory.devices.values():
+        if not device.allow_multiple:
+            continue
+        real = true_device(device).capacity_of("memory")
+        policy = device.policies.get(f"{device.driver}/memory")
+        if real is None:
+            continue
+        bounds = [b for b in ((policy.default, policy.maximum) + policy.valid_values if policy else ()) if b is not None]
+        if any(b > real for b in bounds):
+            problems.append(Violation("soundness", f"{device.id}: its memory request policy lets one claim take {max(bounds)}, "
+                                      f"the board has {real}", str(real), str(max(bounds))))
+        if held.get(device.id, Decimal(0)) > real:
+            problems.append(Violation("soundness", f"{device.id}: shares hold {held[device.id]} of memory, the board has {real}",
+                                      str(real), str(held[device.id]), double=True))
+    return problems

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -12,6 +13,7 @@ from fake_gpus.driver.faults import UnknownFaultError, active_faults
 from fake_gpus.driver.identity import current_identity
 from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC
 from fake_gpus.driver.kubeletplugin.server import KubeletPlugin, PluginConfig, log
+from fake_gpus.node import SHARES, SHARES_LABEL, ModeError, parse_shares
 from hostenv.versions import DEFAULT_MINOR
 
 
@@ -33,6 +35,11 @@ def parse_args(argv: list[str] | None) -> PluginConfig:
     p.add_argument("--k8s", default=DEFAULT_MINOR, help="Kubernetes minor whose kubelet API stubs to use")
     p.add_argument("--health-interval", type=float, default=10.0, help="seconds between device-list checks of the health stream")
     p.add_argument("--ready-port", type=int, help="serve GET /readyz on this TCP port (the DaemonSet's readiness probe)")
+    p.add_argument("--consumable-shares", type=_shares, metavar="|".join(SHARES),
+                   help="let several claims share a device, as NVIDIA's flag of that name (default: the node's "
+                        f"{SHARES_LABEL} label, else disabled)")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                   help="namespace of MPS control daemons' Deployments (default: $POD_NAMESPACE, else default)")
     a = p.parse_args(argv)
     try:
         faults = active_faults()
@@ -41,7 +48,16 @@ def parse_args(argv: list[str] | None) -> PluginConfig:
     return PluginConfig(node_name=a.node_name, driver=driver, plugin_dir=a.plugin_dir, registry_dir=a.registry_dir, cdi_dir=a.cdi_dir,
                         kubeconfig=a.kubeconfig, state_dir=a.state_dir, nvml_lib_dir=a.nvml_lib_dir, pool_name=a.pool_name,
                         host_state_dir=a.host_state_dir, host_lib_dir=a.host_nvml_lib_dir, mig_mode=a.mig, k8s=a.k8s,
-                        faults=faults, health_interval=a.health_interval, ready_port=a.ready_port)
+                        faults=faults, health_interval=a.health_interval, ready_port=a.ready_port,
+                        shares=a.consumable_shares or None, shares_set=a.consumable_shares is not None, namespace=a.namespace)
+
+
+def _shares(text: str) -> str:
+    """A --consumable-shares value ("" for disabled); one line naming the valid ones otherwise."""
+    try:
+        return parse_shares(text) or ""
+    except ModeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,9 +117,11 @@ class DeviceNodes:
 
 
 def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str, DeviceNodes]], mounts: FakeNvmlMounts,
-               driver_root: DriverRootMounts | None = None) -> dict:
+               driver_root: DriverRootMounts | None = None, extra: dict[str, dict] | None = None) -> dict:
     """The spec of a claim; `devices` are (device name, the UUIDs a container using it must see, its device
-    nodes). The driver root's files are the spec's own edits, as in NVIDIA's: any device of it brings them."""
+    nodes). The driver root's files are the spec's own edits, as in NVIDIA's: any device of it brings them.
+    `extra`: more env and mounts by device name (a sharing strategy's, e.g. an MPS daemon's directories)."""
+    extra = extra or {}
     spec: dict = {"cdiVersion": CDI_VERSION, "kind": cdi_kind(driver)}
     if driver_root is not None:
         spec["containerEdits"] = {"mounts": driver_root.mounts()}
@@ -128,9 +130,9 @@ def build_spec(driver: str, claim_uid: str, devices: list[tuple[str, str, Device
         "devices": [
             {"name": cdi_device_name(claim_uid, name),
              "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}", f"{visibility_variable(claim_uid, name)}={visible}",
-                                        *mounts.env()],
+                                        *mounts.env(), *extra.get(name, {}).get("env", [])],
                                 "deviceNodes": nodes.edits(),
-                                "mounts": mounts.mounts()}}
+                                "mounts": mounts.mounts() + extra.get(name, {}).get("mounts", [])}}
             for name, visible, nodes in devices
         ],
     }

@@ -45,7 +45,19 @@ class PreparedDevice:
     cdi_device_ids: list[str]
     visible_uuid: str  # what NVIDIA_VISIBLE_DEVICES names for it
     mig: MigRecord | None = None
-    created: bool = False  # the plugin created the MIG instance, so unprepare destroys it
+    created: bool = False  # the plugin created the MIG instance, so unprepare destroys it (the last of its claims, when shared)
+    config: dict | None = None  # its normalized opaque config (gpuconfig.Sharing.canonical): what a claim sharing it must equal
+
+
+@dataclass
+class GroupRecord:
+    """The devices of a claim that one config applies to, and what applying its strategy changed on the node
+    (so unprepare, or a prepare that failed half-way, undoes exactly that)."""
+
+    devices: list[str]
+    time_slice_gpus: list[str] = field(default_factory=list)  # GPUs whose time slice was set
+    mps_daemon: str = ""  # the control daemon's id (strategies.mps_daemon_id)
+    mps_gpus: list[str] = field(default_factory=list)  # GPUs put in EXCLUSIVE_PROCESS for it
 
 
 @dataclass
@@ -56,12 +68,14 @@ class ClaimRecord:
     devices: list[PreparedDevice] = field(default_factory=list)
     planned: list[MigRecord] = field(default_factory=list)  # instances a PREPARING claim is creating
     cdi_spec: str | None = None
+    groups: list[GroupRecord] = field(default_factory=list)
 
 
 def _claim_from_dict(data: dict) -> ClaimRecord:
     devices = [PreparedDevice(**{**d, "mig": MigRecord(**d["mig"]) if d.get("mig") else None}) for d in data.get("devices", [])]
     planned = [MigRecord(**m) for m in data.get("planned", [])]
-    return ClaimRecord(data["namespace"], data["name"], data["state"], devices, planned, data.get("cdi_spec"))
+    groups = [GroupRecord(**g) for g in data.get("groups", [])]  # absent in checkpoints written before sharing
+    return ClaimRecord(data["namespace"], data["name"], data["state"], devices, planned, data.get("cdi_spec"), groups)
 
 
 class Checkpoint:

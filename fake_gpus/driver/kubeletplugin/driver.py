@@ -14,9 +14,10 @@ from typing import Callable
 import pynvml
 
 from fake_gpus.driver.identity import parse_device_name
-from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC, cdi
-from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, PREPARING, Checkpoint, ClaimRecord, MigRecord, PreparedDevice
+from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC, cdi, gpuconfig
+from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, PREPARING, Checkpoint, ClaimRecord, GroupRecord, MigRecord, PreparedDevice
 from fake_gpus.driver.kubeletplugin.claims import AllocatedDevice, ClaimError, allocated_devices
+from fake_gpus.driver.kubeletplugin.strategies import MpsControl, NvidiaSmi, StrategyError, mps_daemon_id
 from fake_gpus.driver.nvml_adapter import DeviceError, MigDevice, Nvml, Placement
 
 
@@ -42,6 +43,13 @@ class DriverSettings:
     mig_mode: str = MIG_DYNAMIC
     faults: frozenset[str] = frozenset()
     driver_root: cdi.DriverRootMounts | None = None
+    shares: str | None = None  # NVIDIA's --consumable-shares value (None: disabled): several claims may hold a device
+    dynamic_mig_node: bool = False  # the node offers dynamic MIG (NVIDIA's DynamicMIG gate), where MPS is refused
+    smi: NvidiaSmi = NvidiaSmi()
+    mps: MpsControl | None = None
+
+
+SHARING_IGNORED = "sharing-ignored"  # fault switch: prepare applies no sharing strategy
 
 
 @dataclass
@@ -54,6 +62,8 @@ class _Planned:
     mig: MigRecord | None = None
     existing: MigDevice | None = None
     adopt: bool = False  # an instance a crashed earlier attempt of this claim created
+    shared_created: bool = False  # an instance the plugin created for another claim that shares it (consumable shares)
+    sharing: gpuconfig.Sharing | None = None
 
 
 class Driver:
@@ -78,7 +88,7 @@ class Driver:
         try:
             with self.lock:
                 return PrepareResult(devices=self._prepare(ref))
-        except (ClaimError, DeviceError, ValueError, pynvml.NVMLError) as exc:
+        except (ClaimError, DeviceError, ValueError, StrategyError, pynvml.NVMLError) as exc:
             return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {exc}")
         except Exception as exc:  # noqa: BLE001 - one bad claim must never take the plugin down
             return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: internal error: {type(exc).__name__}: {exc}")
@@ -92,16 +102,24 @@ class Driver:
         allocated = allocated_devices(claim, ref.uid, self.settings.driver, self.settings.pool_name)
         admin = {a.device for a in allocated if a.admin}
         plans = [self._plan(ref.uid, device, requests, record, device in admin) for device, requests in _by_device(allocated).items()]
-        record = ClaimRecord(ref.namespace, ref.name, PREPARING, planned=[p.mig for p in plans if p.mig and (p.existing is None or p.adopt)])
+        groups = self._configure(ref.uid, claim, plans, admin)
+        if record is not None and record.groups:  # a crashed earlier attempt's strategies: undone before applying again
+            self._undo_groups(ref.uid, record.groups)
+        record = ClaimRecord(ref.namespace, ref.name, PREPARING, planned=[p.mig for p in plans if p.mig and (p.existing is None or p.adopt)],
+                             groups=[GroupRecord([p.device for p in g]) for g in groups])
         self.checkpoint.claims[ref.uid] = record
         self.checkpoint.save()  # before creating anything: a crash from here on leaks nothing
         created: list[MigDevice] = []
         try:
+            if SHARING_IGNORED not in self.settings.faults:  # the fault: every device used as is
+                for plans_of, state in zip(groups, record.groups):
+                    self._apply(ref.uid, plans_of, state)
             devices = [self._realize(ref.uid, plan, created) for plan in plans]
         except BaseException:
             # undo this attempt, including instances adopted from a crashed earlier one: nothing stays unowned
             for inst in created + [p.existing for p in plans if p.adopt and p.existing is not None]:
                 self.nvml.destroy_instance(inst)
+            self._undo_groups(ref.uid, record.groups)
             del self.checkpoint.claims[ref.uid]
             self.checkpoint.save()
             raise
@@ -131,13 +149,16 @@ class Driver:
         existing = self.nvml.find_instance(handle, profile, ref.start, size)
         adopt = existing is not None and record is not None and record.state == PREPARING and any(
             (m.gpu_uuid, m.profile_id, m.start, m.size) == (gpu_uuid, profile.id, ref.start, size) for m in record.planned)
+        shared_created = False
         if existing is not None and not adopt:
             owner = self._owner(gpu_uuid, device, uid)
-            if owner:
+            if owner and not self.settings.shares:
                 raise DeviceError(f"device {device} is still prepared for claim {owner}")
+            # consumable shares: the instance another claim holds is this claim's too (the configs were compared)
+            shared_created = bool(owner) and any(d.device_name == device and d.created for d in self._holders(uid, device))
         if existing is None and self.settings.mig_mode == MIG_STATIC:
             raise DeviceError(f"MIG device {device} does not exist on this node")
-        return _Planned(device, requests, gpu_uuid, mig, existing, adopt)
+        return _Planned(device, requests, gpu_uuid, mig, existing, adopt, shared_created)
 
     def _owner(self, gpu_uuid: str, device: str, uid: str) -> str | None:
         """The other claim this device is prepared for, if any."""
@@ -149,7 +170,8 @@ class Driver:
     def _realize(self, uid: str, plan: _Planned, created: list[MigDevice]) -> PreparedDevice:
         """Create what the plan lacks in NVML and describe the prepared device."""
         cdi_ids = [cdi.cdi_device_id(self.settings.driver, uid, plan.device)]
-        device = PreparedDevice(plan.request_names, self.settings.pool_name, plan.device, cdi_ids, visible_uuid=plan.gpu_uuid)
+        device = PreparedDevice(plan.request_names, self.settings.pool_name, plan.device, cdi_ids, visible_uuid=plan.gpu_uuid,
+                                config=plan.sharing.canonical() if plan.sharing else None)
         if plan.mig is None:
             return device
         inst = plan.existing
@@ -159,13 +181,15 @@ class Driver:
             inst = self.nvml.create_instance(handle, profile, plan.mig.start, plan.mig.size)
             created.append(inst)
         device.mig = MigRecord(inst.gpu_uuid, inst.profile_id, inst.start, inst.size, inst.gi_id, inst.ci_id, inst.uuid)
-        device.created = plan.existing is None or plan.adopt
+        device.created = plan.existing is None or plan.adopt or plan.shared_created
         device.visible_uuid = inst.uuid
         return device
 
     def _write_cdi(self, uid: str, record: ClaimRecord) -> None:
         entries = [(d.device_name, self._visible(d, record.devices), self._nodes(d, record.devices)) for d in record.devices]
-        spec = cdi.build_spec(self.settings.driver, uid, entries, self.settings.mounts, self.settings.driver_root)
+        extra = {name: self.settings.mps.container_edits(g.mps_daemon) for g in record.groups if g.mps_daemon and self.settings.mps
+                 for name in g.devices}
+        spec = cdi.build_spec(self.settings.driver, uid, entries, self.settings.mounts, self.settings.driver_root, extra)
         cdi.write_spec(self.settings.cdi_dir, cdi.spec_file_name(self.settings.driver, uid), spec)
 
     def _visible(self, device: PreparedDevice, devices: list[PreparedDevice]) -> str:
@@ -218,7 +242,7 @@ class Driver:
             with self.lock:
                 self._unprepare(ref.uid)
             return ""
-        except (DeviceError, pynvml.NVMLError, OSError) as exc:
+        except (DeviceError, StrategyError, pynvml.NVMLError, OSError) as exc:
             return f"claim {ref.namespace}/{ref.name}: {exc}"
         except Exception as exc:  # noqa: BLE001
             return f"claim {ref.namespace}/{ref.name}: internal error: {type(exc).__name__}: {exc}"
@@ -229,13 +253,123 @@ class Driver:
             return
         if "unprepare-leaks" not in self.settings.faults:
             for device in record.devices:
-                if device.created and device.mig is not None:
+                if device.created and device.mig is not None and not (self.settings.shares and self._holders(uid, device.device_name)):
                     self.nvml.destroy_instance(_instance(device.mig))
             for mig in record.planned:  # a prepare that died half-way: whatever it made at its placements
                 self._destroy_at(mig)
+        self._undo_groups(uid, record.groups)
         cdi.remove_spec(self.settings.cdi_dir, record.cdi_spec or cdi.spec_file_name(self.settings.driver, uid))
         del self.checkpoint.claims[uid]
         self.checkpoint.save()
+
+    # --- sharing (opaque configs, consumable shares) ---
+
+    def _configure(self, uid: str, claim: dict, plans: list[_Planned], admin: set[str]) -> list[list[_Planned]]:
+        """Each device's normalized config (NVIDIA's precedence and checks), the conflict check against claims that
+        share a device, and the devices grouped by the config that applies to them (one strategy per group)."""
+        allocation = claim["status"]["allocation"]
+        try:
+            configs = gpuconfig.opaque_configs(allocation, self.settings.driver)
+            chosen = [gpuconfig.config_for(configs, p.device, gpuconfig.GPU if p.mig is None else gpuconfig.MIG, p.request_names[0])
+                      for p in plans]
+        except gpuconfig.ConfigError as exc:
+            raise gpuconfig.ConfigError(f"prepare devices failed: {exc}") from exc
+        groups: dict[int, list[_Planned]] = {}
+        for plan, config in zip(plans, chosen):
+            try:
+                plan.sharing = gpuconfig.normalize(config, gpuconfig.GPU if plan.mig is None else gpuconfig.MIG)
+            except gpuconfig.ConfigError as exc:
+                raise gpuconfig.ConfigError(f"prepare devices failed: error validating GPU config: {exc}") from exc
+            # the defaults (no config) of GPUs and of MIG devices are two groups, as NVIDIA's two default configs
+            groups.setdefault(id(config) if config else (0 if plan.mig is None else 1), []).append(plan)
+        if self.settings.shares:
+            for plan in plans:
+                if plan.device in admin:
+                    continue  # admin access never conflicts
+                for other_uid, rec in self.checkpoint.claims.items():
+                    held = [d for d in rec.devices if d.device_name == plan.device] if other_uid != uid and rec.state == PREPARED else []
+                    if held and held[0].config != plan.sharing.canonical():
+                        raise ClaimError(f"unable to prepare claim {uid}: requested device {plan.device} has conflicting configuration "
+                                         f"with already prepared claim {other_uid}")
+        return list(groups.values())
+
+    def _apply(self, uid: str, plans: list[_Planned], state: GroupRecord) -> None:
+        """A group's strategy on the node, recorded in `state` step by step (saved: a crash leaves it undoable)."""
+        sharing = plans[0].sharing
+        assert sharing is not None
+        requests = "[" + " ".join(sorted({r for p in plans for r in p.request_names})) + "]"
+        gpus = sorted(p.gpu_uuid for p in plans if p.mig is None)
+        try:
+            interval = gpuconfig.check_time_slicing(sharing)
+        except gpuconfig.ConfigError as exc:
+            raise StrategyError(f"prepare devices failed: error applying config: error getting timeslice config for requests "
+                                f"'{requests}' in claim '{uid}': {exc}") from exc
+        if interval is not None and gpus:
+            state.time_slice_gpus = gpus
+            self.checkpoint.save()
+            try:
+                self.settings.smi.set_time_slice(gpus, gpuconfig.INTERVALS[interval])
+            except StrategyError as exc:
+                raise StrategyError(f"prepare devices failed: error applying config: error setting timeslice config for requests "
+                                    f"'{requests}' in claim '{uid}': {exc}") from exc
+        if sharing.strategy == gpuconfig.MPS:
+            self._start_mps(uid, plans, sharing, state, gpus)
+
+    def _start_mps(self, uid: str, plans: list[_Planned], sharing: gpuconfig.Sharing, state: GroupRecord, gpus: list[str]) -> None:
+        failed = "prepare devices failed: error applying config: "
+        if self.settings.shares:
+            raise StrategyError(failed + "MPS sharing is not supported when consumable shares is enabled")
+        if self.settings.dynamic_mig_node:
+            raise StrategyError(failed + "MPS is not yet supported when using featureGates.DynamicMIG=true")
+        if sharing.mps_with_time_slicing:
+            raise StrategyError(failed + f"error getting MPS configuration: cannot use TimeSlicingConfig with the '{gpuconfig.MPS}' strategy")
+        mps = self.settings.mps
+        if mps is None:
+            raise StrategyError(failed + "error starting MPS control daemon: the plugin has no MPS control directory")
+        uuids = sorted(p.existing.uuid if p.existing is not None else p.gpu_uuid for p in plans)
+        daemon = mps_daemon_id(uid, uuids)
+        try:
+            limits = gpuconfig.pinned_limits(sharing.mps or {}, uuids)
+        except gpuconfig.ConfigError as exc:
+            raise StrategyError(failed + f"error starting MPS control daemon: error transforming DefaultPerDevicePinnedMemoryLimit into string: {exc}") from exc
+        settings = {f"MPS_PINNED_MEM_LIMIT_{u}": v for u, v in limits.items()}
+        for key, name in (("defaultActiveThreadPercentage", "MPS_ACTIVE_THREAD_PERCENTAGE"), ("multiUser", "MPS_MULTI_USER")):
+            if (sharing.mps or {}).get(key) is not None:
+                settings[name] = str(sharing.mps[key]).lower()
+        state.mps_daemon, state.mps_gpus = daemon, gpus
+        self.checkpoint.save()
+        try:
+            self.settings.smi.set_compute_mode(gpus, "EXCLUSIVE_PROCESS")
+            mps.start(daemon, uuids, settings)
+        except StrategyError as exc:
+            raise StrategyError(failed + f"error starting MPS control daemon: {exc}") from exc
+        mps.wait_ready(daemon)
+
+    def _undo_groups(self, uid: str, groups: list[GroupRecord]) -> None:
+        """What the groups' strategies changed, set back; a GPU another claim still holds keeps its time slice."""
+        for group in groups:
+            if group.mps_daemon and self.settings.mps is not None:
+                try:
+                    self.settings.mps.stop(group.mps_daemon)
+                    self.settings.smi.set_compute_mode(group.mps_gpus, "DEFAULT")
+                except StrategyError as exc:
+                    raise StrategyError(f"error stopping MPS control daemon: {exc}") from exc
+            reset = [g for g in group.time_slice_gpus if not (self.settings.shares and self._gpu_held(uid, g))]
+            if reset:
+                try:
+                    self.settings.smi.set_time_slice(reset, gpuconfig.INTERVALS[gpuconfig.DEFAULT_INTERVAL])
+                except StrategyError as exc:
+                    raise StrategyError(f"error setting timeslice for devices: {exc}") from exc
+
+    def _holders(self, uid: str, device: str) -> list[PreparedDevice]:
+        """The device as prepared for other claims (more than none only with consumable shares)."""
+        return [d for other, rec in self.checkpoint.claims.items() if other != uid and rec.state == PREPARED
+                for d in rec.devices if d.device_name == device]
+
+    def _gpu_held(self, uid: str, gpu_uuid: str) -> bool:
+        """Whether another prepared claim holds the whole GPU `gpu_uuid`."""
+        return any(d.mig is None and d.visible_uuid == gpu_uuid for other, rec in self.checkpoint.claims.items()
+                   if other != uid and rec.state == PREPARED for d in rec.devices)
 
     def _destroy_at(self, mig: MigRecord) -> None:
         try:

@@ -18,8 +18,10 @@ from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
 from fake_gpus.driver.kubeletplugin.driver import ClaimRef, Driver, DriverSettings
 from fake_gpus.driver.nvml_adapter import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
+from fake_gpus.driver.kubeletplugin.strategies import MpsControl, NvidiaSmi
 from fake_gpus.driver.readiness import ReadyServer
-from fake_gpus.node.driver_root import DRIVER_ROOT_DIR
+from fake_gpus.node import Mode, hardware_from_labels
+from fake_gpus.node.driver_root import DRIVER_ROOT_DIR, SMI
 from hostenv.versions import DEFAULT_MINOR
 
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
@@ -52,6 +54,9 @@ class PluginConfig:
     faults: frozenset[str] = frozenset()
     health_interval: float = 10.0
     ready_port: int | None = None  # serve the readiness endpoint (readiness.py) on this port
+    shares: str | None = None  # --consumable-shares; None: as the node's label says
+    shares_set: bool = False  # --consumable-shares given (`disabled` overrides the label too)
+    namespace: str = "default"  # where MPS control daemons' Deployments go
 
     @property
     def dra_socket(self) -> Path:
@@ -162,8 +167,15 @@ class KubeletPlugin:
         driver_root = None
         if cfg.state_dir is not None and host_state is not None:  # the fake node's driver root (a real node's is elsewhere)
             driver_root = cdi.DriverRootMounts.find(cfg.state_dir / DRIVER_ROOT_DIR, host_state / DRIVER_ROOT_DIR)
-        settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults, driver_root)
         api = api_client(cfg.kubeconfig)
+        mode = node_mode(api, cfg.node_name)
+        shares = cfg.shares if cfg.shares_set else (mode.shares if mode else None)
+        smi = cfg.state_dir / DRIVER_ROOT_DIR / SMI if cfg.state_dir is not None else None
+        mps_root = cfg.plugin_dir / "mps"
+        mps = MpsControl(api, cfg.node_name, cfg.namespace, mps_root, mps_root.resolve())
+        settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults, driver_root,
+                                  shares=shares, dynamic_mig_node=mode is not None and mode.kind == "dynamic-mig",
+                                  smi=NvidiaSmi(str(smi)) if smi is not None else NvidiaSmi(), mps=mps)
         checkpoint = Checkpoint(cfg.plugin_dir / CHECKPOINT)
         if "checkpoint-lost" not in cfg.faults:  # the fault: start as if nothing had been prepared here
             checkpoint.load()
@@ -183,7 +195,7 @@ class KubeletPlugin:
         if cfg.ready_port is not None:
             self._ready = ReadyServer(cfg.ready_port, self.not_ready).start()
         log(f"serving {cfg.driver} for node {cfg.node_name}: {cfg.dra_socket}, {cfg.registration_socket}"
-            + (f"; faults: {', '.join(sorted(cfg.faults))}" if cfg.faults else ""))
+            + (f"; consumable shares: {shares}" if shares else "") + (f"; faults: {', '.join(sorted(cfg.faults))}" if cfg.faults else ""))
 
     def not_ready(self) -> str | None:
         """Why the kubelet cannot use this plugin now (None: it can): not registered by the kubelet, a
@@ -237,3 +249,19 @@ class KubeletPlugin:
             self._nvml = None
         log("stopped")
 
+
+
+def node_mode(api, node: str) -> Mode | None:
+    """The mode this node's labels give (fake_gpus.node's contract), None for a node without them or not found
+    (a real node): its consumable shares and whether it offers dynamic MIG."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        labels = client.CoreV1Api(api).read_node(node, _request_timeout=30).metadata.labels
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    hardware = hardware_from_labels(labels)
+    return hardware.mode if hardware else None

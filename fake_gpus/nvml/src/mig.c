@@ -53,11 +53,14 @@ static int fk_overlap(unsigned a, unsigned as, unsigned b, unsigned bs) {
 
 /* GPU instance ids follow the memory-slice tree real MIG uses: the whole GPU is 0, halves 1-2,
  * quarters 3-6, eighths 7-14 (so 7g.80gb is GI 0 and a 1g at slice 6 is GI 13, as nvidia-smi
- * shows). Placements that are not aligned powers of two take the lowest free id above the tree. */
+ * shows). The tree counts parts of the GPU, not slices: on the RTX PRO 6000's 12 memory slices a
+ * quarter is 3 slices, and real `-lgi` shows 1g.24gb at 6:3 as GI 5 and 2g.48gb at 0:6 as GI 1.
+ * Placements that are not an aligned power-of-two part take the lowest free id above the tree. */
 static unsigned fk_gi_id(const fk_board *b, unsigned gpu, unsigned start, unsigned size) {
     unsigned total = b->memory_slices;
-    int pow2 = size && (size & (size - 1)) == 0;
-    if (pow2 && total % size == 0 && start % size == 0 && total / size + start / size - 1 < FK_MAX_GI)
+    unsigned parts = size && total % size == 0 ? total / size : 0;
+    int pow2 = parts && (parts & (parts - 1)) == 0;
+    if (pow2 && start % size == 0 && parts + start / size - 1 < FK_MAX_GI)
         return total / size - 1 + start / size;
     for (unsigned id = 2 * total - 1; id < FK_MAX_GI; id++)
         if (!fk_find_gi(gpu, id)) return id;

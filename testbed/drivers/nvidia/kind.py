@@ -10,10 +10,12 @@ and /sys/bus/pci views, the /proc/devices view as altProcDevices, the device nod
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from fake_gpus.machine import namespace
 from fake_gpus.machine.views import MachineViews
+from fake_gpus.node import SHARES_LABEL
 from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed.host import progress
 from testbed.clusters.base import ClusterError
@@ -33,6 +35,34 @@ HEALTHCHECK_PORT = 51516  # the chart's kubeletPlugin.containers.gpus.healthchec
 VERBOSITY = 4  # the chart's logVerbosity
 # node modes by the feature gates their plugin needs (dynamic MIG is gated; whole and static MIG are not)
 GROUPS = (("", ("whole", "static-mig")), ("-dynamic-mig", ("dynamic-mig",)))
+
+
+@dataclass(frozen=True)
+class PluginGroup:
+    """One DaemonSet of NVIDIA's plugin: the nodes whose modes take the same command line (feature gates and
+    --consumable-shares, a node setting that NVIDIA's chart can only give a whole DaemonSet)."""
+
+    suffix: str  # of the DaemonSet's name
+    modes: tuple[str, ...]  # mode kinds (label dra-testbed.io/mode) of its nodes
+    shares: str | None  # their --consumable-shares (label dra-testbed.io/consumable-shares), None: disabled
+
+    @property
+    def gates(self) -> str:
+        return feature_gates(self.modes[0], self.shares)
+
+    @property
+    def daemonset(self) -> str:
+        return f"{NAME}-kubelet-plugin{self.suffix}"
+
+
+def plugin_groups(layout: Layout) -> list[PluginGroup]:
+    """The DaemonSets a layout needs: one per gate set (GROUPS) and share value its GPU nodes have."""
+    groups = []
+    for suffix, modes in GROUPS:
+        values = {n.mode.shares for n in layout.nodes if n.mode.kind in modes}
+        for shares in sorted(values, key=lambda v: v or ""):
+            groups.append(PluginGroup(suffix + (f"-shares-{shares}" if shares else ""), modes, shares))
+    return groups
 
 
 class NvidiaKindDriver(KindDriver):
@@ -80,17 +110,16 @@ class NvidiaKindDriver(KindDriver):
             self.retire_others(cluster)
             cluster.kubectl("apply", "-f", str(classes))
             cluster.kubectl("apply", "-f", str(manifest))
-            for suffix, modes in GROUPS:
-                if any(n.mode.kind in modes for n in layout.nodes):
-                    cluster.kubectl("-n", NVIDIA_NAMESPACE, "rollout", "status", f"daemonset/{NAME}-kubelet-plugin{suffix}",
-                                    f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
+            for group in plugin_groups(layout):
+                cluster.kubectl("-n", NVIDIA_NAMESPACE, "rollout", "status", f"daemonset/{group.daemonset}",
+                                f"--timeout={int(READY_TIMEOUT)}s", timeout=READY_TIMEOUT + 30)
             wait_driver(cluster, layout, namespace=NVIDIA_NAMESPACE)
 
 
 def render_manifest(image: str, layout: Layout, env: dict[str, str]) -> str:
-    """The DaemonSets (one per feature-gate set the layout's modes need), RBAC and namespace."""
-    groups = [{"suffix": suffix, "modes": list(modes), "gates": feature_gates(modes[0])}
-              for suffix, modes in GROUPS if any(n.mode.kind in modes for n in layout.nodes)]
+    """The DaemonSets (one per feature-gate set and share value the layout's nodes need), RBAC and namespace."""
+    groups = [{"suffix": g.suffix, "modes": list(g.modes), "gates": g.gates, "shares": g.shares, "shares_label": SHARES_LABEL}
+              for g in plugin_groups(layout)]
     views = MachineViews(Path(NODE_STATE_DIR))
     return render_template(
         "kind-nvidia-driver.yaml.j2", chart=NAME, namespace=NVIDIA_NAMESPACE, service_account=SERVICE_ACCOUNT, groups=groups,

@@ -89,9 +89,11 @@ def differences(ours: Iterable[dict], theirs: Iterable[dict]) -> list[str]:
     return out
 
 
-def our_slices(api, node: str, node_uid: str, state_dir, mode: str, minor: str) -> list[dict]:
-    """What our driver publishes for `node` on the fake hardware at `state_dir`, as the API server stores it
-    (created with dryRun, so nothing is written)."""
+def our_slices(api, node: str, node_uid: str, state_dir, mode: str, minor: str, faults: frozenset[str] = frozenset(),
+               served: bool = True) -> list[dict]:
+    """What our driver publishes for `node` on the fake hardware at `state_dir` in `mode` (node contract text,
+    `:shares=` included), with fault switches `faults`, as the API server stores it (created with dryRun, so
+    nothing is written); not `served`: the bodies as built, for faults whose slices the API server refuses."""
     import json
 
     from kubernetes import client
@@ -103,6 +105,8 @@ def our_slices(api, node: str, node_uid: str, state_dir, mode: str, minor: str) 
     from fake_gpus.nvml.build import SONAME, ensure_library
 
     inv = inventory(NvmlLibrary(ensure_library() / SONAME), state_dir)
-    bodies = build_slices(node, inv, parse_mode(mode), api_limits(minor), DriverIdentity(), node_uid=node_uid)
+    bodies = build_slices(node, inv, parse_mode(mode), api_limits(minor), DriverIdentity(), faults, node_uid=node_uid)
+    if not served:
+        return bodies
     resource = client.ResourceV1Api(api)
     return [json.loads(resource.create_resource_slice(body=b, dry_run="All", _preload_content=False).data) for b in bodies]

@@ -30,6 +30,10 @@ from testbed.errors import EnvironmentProblem
 DRIVER = "gpu.nvidia.com"
 IMAGE_NAME = "dra-testbed.local/nvidia-gpu-kubelet-plugin:fake"  # required flag; nothing pulls it on KWOK
 START_TIMEOUT = 120.0
+# With gate MPSSupport the plugin reads its MPS control daemon's Deployment template from /templates (a path
+# fixed in its source); ours (templates/) is shown there in its mount namespace, the host's / left as it is
+MPS_TEMPLATES = Path(__file__).parent / "templates"
+MPS_GATE = "MPSSupport=true"
 
 
 class PluginError(EnvironmentProblem):
@@ -99,13 +103,16 @@ def node_plugin(cluster_home: Path, node: str, views: MachineViews) -> NodePlugi
     return NodePlugin(node, Path(cluster_home) / "nvidia" / node, views)
 
 
-def feature_gates(mode_kind: str) -> str:
-    """Dynamic MIG is a feature gate of NVIDIA's driver; whole and static MIG need none."""
-    return "DynamicMIG=true" if mode_kind == "dynamic-mig" else ""
+def feature_gates(mode_kind: str, shares: str | None = None) -> str:
+    """Dynamic MIG and consumable shares are feature gates of NVIDIA's driver; whole and static MIG need none."""
+    gates = ["DynamicMIG=true"] if mode_kind == "dynamic-mig" else []
+    return ",".join(gates + (["ConsumableShares=true"] if shares else []))
 
 
-def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, gates: tuple[str, ...] = ()) -> list[str]:
-    """The plugin's command line; `gates` are more of its feature gates (e.g. TimeSlicingSettings=true)."""
+def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, gates: tuple[str, ...] = (),
+                shares: str | None = None) -> list[str]:
+    """The plugin's command line; `gates` are more of its feature gates (e.g. TimeSlicingSettings=true);
+    `shares` its --consumable-shares value (None: disabled, the flag left out)."""
     assert plugin.views is not None
     root = str(plugin.views.driver_root)
     argv = [str(binary), "--node-name", plugin.node, "--kubeconfig", str(kubeconfig),
@@ -113,12 +120,14 @@ def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: s
             "--nvidia-cdi-hook-path", str(plugin.hook), "--image-name", IMAGE_NAME,
             "--kubelet-registrar-directory-path", str(plugin.registry_dir),
             "--kubelet-plugins-directory-path", str(plugin.plugins_dir)]
-    every = ",".join(g for g in (feature_gates(mode_kind), *gates) if g)
+    if shares:
+        argv += ["--consumable-shares", shares]
+    every = ",".join(g for g in (feature_gates(mode_kind, shares), *gates) if g)
     return argv + (["--feature-gates", every] if every else [])
 
 
 def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, env: dict[str, str] | None = None,
-          gates: tuple[str, ...] = ()) -> int:
+          gates: tuple[str, ...] = (), shares: str | None = None) -> int:
     """Start the node's plugin (not waiting for it); returns its pid, which is also recorded."""
     assert plugin.views is not None
     for d in (plugin.cdi_root, plugin.plugins_dir, plugin.registry_dir):
@@ -127,7 +136,8 @@ def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, en
         plugin.hook.write_text("#!/bin/sh\nexit 0\n")
         plugin.hook.chmod(0o755)
     environment = {**os.environ, **namespace.environment(plugin.views), **(env or {})}
-    argv = namespace.wrap(plugin_argv(binary, plugin, kubeconfig, mode_kind, gates), plugin.views)
+    root_dirs = {"templates": MPS_TEMPLATES} if MPS_GATE in gates else None
+    argv = namespace.wrap(plugin_argv(binary, plugin, kubeconfig, mode_kind, gates, shares), plugin.views, root_dirs)
     with open(plugin.log, "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
                                 start_new_session=True)  # a Ctrl-C of the caller must not cut it half-way

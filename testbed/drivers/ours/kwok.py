@@ -85,7 +85,8 @@ class OurDriver(KwokDriver):
             [sys.executable, "-m", "fake_gpus.driver.kubeletplugin", "--node-name", node.name,
              "--state-dir", str(home / "nvml" / node.name), "--nvml-lib-dir", str(ensure_library()),
              "--plugin-dir", str(where / "plugin"), "--registry-dir", str(where / "registry"),
-             "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(kubeconfig), "--mig", mig],
+             "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(kubeconfig), "--mig", mig,
+             "--namespace", DRIVER_NAMESPACE],  # MPS control daemons go beside the driver
             str(files / "plugin.log"), self.spec.process_env(), registry=str(where / "registry"))
 
     def join(self, home: Path, kubeconfig: Path, node: NodeSpec) -> None:
