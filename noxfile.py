@@ -76,8 +76,10 @@ def sharing(session: nox.Session) -> None:
     suites/nvidia/test_shares_parity.py and suites/properties/test_sharing_machine.py marked `second_minor`."""
     _prepare(session)
     _nvidia_plugin(session)
-    session.run("python", "-m", "pytest", "suites/nvidia/test_shares_parity.py", "suites/properties/test_sharing_machine.py",
-                "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
+    session.run("python", "-m", "pytest", "suites/nvidia/test_shares_parity.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
+                env={"DRA_TESTBED_SHARES_PARITY": "full"}, **UNTIL_CLEANED)
+    session.run("python", "-m", "pytest", "suites/properties/test_sharing_machine.py", "-q", "-ra", "--k8s", K8S,
+                "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -113,9 +115,11 @@ def properties_nvidia(session: nox.Session) -> None:
 def evolution(session: nox.Session) -> None:
     """The generated hardware-evolution machine on KWOK at the Hypothesis profile's settings (`nox -s tests` runs
     its explicit example and the fault each rule family catches): suites/properties/test_evolution.py with
-    $DRA_TESTBED_EVOLUTION=full; pick a profile with `-- --hypothesis-profile nightly`."""
+    $DRA_TESTBED_EVOLUTION=full, and the MIG machine under nvml-chooses-placement (test_physical_bites.py); pick a
+    profile with `-- --hypothesis-profile nightly`."""
     _prepare(session)
-    session.run("python", "-m", "pytest", "suites/properties/test_evolution.py", "-q", "-ra", "--k8s", K8S, "-k", "machine or explicit",
+    session.run("python", "-m", "pytest", "suites/properties/test_evolution.py", "suites/properties/test_physical_bites.py",
+                "-q", "-ra", "--k8s", K8S, "-k", "machine or explicit",
                 *session.posargs, env={"DRA_TESTBED_EVOLUTION": "full"}, **UNTIL_CLEANED)
 
 

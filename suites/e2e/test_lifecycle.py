@@ -122,7 +122,7 @@ def test_bad_layout_file_names_the_key(cluster_name: str, tmp_path: Path) -> Non
     up = cli("up", "--name", cluster_name, "--layout", str(layout))
     assert up.returncode == 2
     assert up.stderr.strip().count("\n") == 0
-    assert "unknown key 'gpus'; valid keys: name, board, count, mode, replicas" in up.stderr
+    assert "unknown key 'gpus'; valid keys: name, board, count, mode, consumableShares, replicas" in up.stderr
     assert not KwokCluster(cluster_name).exists()
 
 

@@ -3,8 +3,10 @@ NVIDIA's gpu-kubelet-plugin (gate ConsumableShares) publishes on the same fake h
 
 Every board x every mode it has (whole; dynamic MIG and a static MIG layout on MIG boards) x the three kinds of
 share value, on 1.34 (counters and devices in one slice) and 1.36 (consumable capacity beta, counters in slices
-of their own). The boards and the comparison are test_slice_parity's: DEFAULT_PARITY_BOARDS by default, every
-board under `DRA_TESTBED_PARITY_BOARDS=all`; only parity.ALLOWED_DIFFERENCES may differ.
+of their own). The comparison is test_slice_parity's (only parity.ALLOWED_DIFFERENCES may differ). Boards:
+`nox -s tests` runs SMOKE_BOARDS (one of each code path: Hopper with every mode, Ampere's DynamicMIG rule, a board
+without MIG); `nox -s sharing` ($DRA_TESTBED_SHARES_PARITY=full) test_slice_parity's DEFAULT_PARITY_BOARDS on both
+minors; `DRA_TESTBED_PARITY_BOARDS=all` every board of the catalog.
 """
 
 from __future__ import annotations
@@ -28,8 +30,18 @@ MINORS = ("1.34", pytest.param("1.36", marks=pytest.mark.second_minor))
 # NVIDIA's three kinds of value: the whole memory by default, nothing by default, and N shares beside the memory
 SHARES = ("memory", "unlimited", "4")
 
+SMOKE_BOARDS = ("h100-80gb", "a100-80gb", "l4-24gb")
+FULL_ENV = "DRA_TESTBED_SHARES_PARITY"
+
+
+def _boards() -> tuple[str, ...]:
+    if os.environ.get(BOARDS_ENV) or os.environ.get(FULL_ENV) == "full":
+        return parity_boards(os.environ.get(BOARDS_ENV))
+    return SMOKE_BOARDS
+
+
 try:
-    CASES = [(board, mode, shares) for board, mode in board_cases(parity_boards(os.environ.get(BOARDS_ENV))) for shares in SHARES]
+    CASES = [(board, mode, shares) for board, mode in board_cases(_boards()) for shares in SHARES]
 except CatalogError as exc:
     raise pytest.UsageError(f"${BOARDS_ENV}: {exc}") from None
 

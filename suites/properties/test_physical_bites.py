@@ -20,6 +20,7 @@ from testbed.workloads.physical import PHYSICAL
 from testbed.workloads.runner import PropertyFailure
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+FULL_ENV = "DRA_TESTBED_EVOLUTION"  # "full": with the generated evolution machine in `nox -s evolution`
 
 BOARD = "h100-80gb"  # FAULT_LAYOUT's one partitionable GPU
 # no shrinking: the failure, not the minimal case, is what is asserted; a few short examples are the bound
@@ -36,6 +37,8 @@ def _machine(bed, tmp_path, context: dict, stats: dict):
 @pytest.mark.parametrize("fault", [NVML_PLACES_FAULT] + ([None] if os.environ.get("DRA_TESTBED_PHYSICAL_CLEAN") else []),
                          ids=lambda f: "fault" if f else "clean")
 def test_mig_machine_judges_nvml_placement(fault: str | None, request, tmp_path) -> None:
+    if os.environ.get(FULL_ENV) != "full":
+        pytest.skip("the generated MIG machine under nvml-chooses-placement runs in `nox -s evolution`")  # allowed in suites/skips.yaml
     env = fault_env([fault]) if fault else None
     bed_iter = bring_up(request, FAULT_LAYOUT, f"physical-{fault or 'clean'}", env=env)
     bed = next(bed_iter)
