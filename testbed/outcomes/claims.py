@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Sequence
 
-from testbed.outcomes.explain import Allocation, _request_problem, _result, allocation, results
+from testbed.outcomes.explain import Allocation, _request_problem, allocation, results
+from testbed.workloads.observe import allocation_result
 from testbed.outcomes.fleet import Fleet
 from testbed.outcomes.settle import Snapshot
 from testbed.workloads.oracle import ModelTooLarge, Usage, feasible_nodes
@@ -79,7 +80,7 @@ def fits(claim: Mapping, fleet: Fleet, others: Sequence[Mapping]) -> str:
         problems = [p for p in (_request_problem(fleet, a) for a in request.alternatives) if p]
         if len(problems) == len(request.alternatives):
             return f"a pod using it would stay pending: request {request.name}: {problems[0]}"
-    usage = Usage.of(fleet.inventory, [(c["metadata"]["name"], [_result(r) for r in results(c)]) for c in others])
+    usage = Usage.of(fleet.inventory, [(c["metadata"]["name"], [allocation_result(r) for r in results(c)]) for c in others])
     try:
         now = feasible_nodes(fleet.inventory, [spec], usage, fleet.classes())
     except ModelTooLarge:

@@ -19,7 +19,8 @@ from testbed.outcomes.fleet import CelSelector, Fleet
 from testbed.outcomes.settle import Snapshot, claim_names
 from testbed.workloads.devices import Device, DeviceId, Version
 from testbed.workloads.model import ClaimSpec, SubRequest
-from testbed.workloads.oracle import ModelTooLarge, Result, Usage, feasible_nodes
+from testbed.workloads.observe import allocation_result
+from testbed.workloads.oracle import ModelTooLarge, Usage, feasible_nodes
 
 MAY_PEND = "dra-testbed.io/may-pend"  # annotation: "true" when the pod is expected to stay pending
 _REFERENCE = re.compile(r"""device\.(attributes|capacity)\[\s*['"]([^'"]+)['"]\s*\]\.(\w+)""")
@@ -168,7 +169,8 @@ def diagnose(fleet: Fleet, claims: Sequence[Mapping], legacy: Mapping[str, str],
     if reasons or not specs:
         return reasons or ["no device request of ours explains it; see the scheduler's reason"]
     classes = fleet.classes()
-    usage = Usage.of(fleet.inventory, [(c["metadata"]["name"], [_result(r) for r in results(c)]) for c in others])
+    # shares carry what they consumed, so a shared GPU with room left is not counted as held
+    usage = Usage.of(fleet.inventory, [(c["metadata"]["name"], [allocation_result(r) for r in results(c)]) for c in others])
     try:
         empty = feasible_nodes(fleet.inventory, specs, Usage(), classes)
         now = feasible_nodes(fleet.inventory, specs, usage, classes)
@@ -188,10 +190,6 @@ def diagnose(fleet: Fleet, claims: Sequence[Mapping], legacy: Mapping[str, str],
 def _nodes(found: Mapping[str, object]) -> str:
     names = sorted(found)
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-
-
-def _result(raw: Mapping) -> Result:
-    return Result(raw["request"], DeviceId(raw["driver"], raw["pool"], raw["device"]), bool(raw.get("adminAccess")))
 
 
 def _request_problem(fleet: Fleet, alternative: SubRequest) -> str | None:

@@ -37,7 +37,7 @@ def _node_of(allocation: Mapping) -> str | None:
     return None
 
 
-def _result(raw: Mapping) -> Result:
+def allocation_result(raw: Mapping) -> Result:
     """One allocation result; a share's consumed capacity keyed by fully qualified name, as the model keys capacity."""
     consumed = tuple(sorted((name if "/" in name else f"{raw['driver']}/{name}", Decimal(parse_quantity(amount)))
                             for name, amount in (raw.get("consumedCapacity") or {}).items()))
@@ -54,7 +54,7 @@ def observe_claims(resource: client.ResourceV1Api) -> list[ObservedClaim]:
         status = data.get("status") or {}
         allocation = status.get("allocation") or {}
         devices = allocation.get("devices") or {}
-        results = [_result(r) for r in devices.get("results") or []]
+        results = [allocation_result(r) for r in devices.get("results") or []]
         claims.append(ObservedClaim(
             data["metadata"]["namespace"], data["metadata"]["name"], _node_of(allocation) if allocation else None,
             results, devices.get("config") or [], [r["name"] for r in status.get("reservedFor") or []],
