@@ -44,6 +44,10 @@ def tests(session: nox.Session) -> None:
     # NVIDIA's plugin found, or built with its progress in view, before pytest captures it; where there is none
     # the suites that run it fail, each with the lookup's line, and the rest still run
     _nvidia_plugin(session, required=False)
+    # the AI-conformance tests built from source (git + module proxy) with progress in view; where the source cannot
+    # be reached (no GitHub, no $DRA_TESTBED_AI_CONFORMANCE_REPO, nothing cached) the smoke is an allowed skip
+    # (suites/skips.yaml), where it cannot be built it fails with the same line; the rest still runs
+    session.run("dra-testbed", "ai-conformance", "--build-only", "--k8s", K8S, success_codes=[0, 1], **UNTIL_CLEANED)
     # the second minor's pool shape (a second cold toolchain) runs in `nox -s pool-shapes`; a -m in posargs wins
     # left out, each in a session of its own: the second minor's pool shape (`pool-shapes`: a second cold toolchain)
     # and what needs helm (`renderers`: minutes to build cold); a -m in posargs wins
@@ -66,20 +70,26 @@ def pool_shapes(session: nox.Session) -> None:
     _prepare(session)
     _nvidia_plugin(session)
     session.run("python", "-m", "pytest", "suites/nvidia/test_slice_parity.py", "suites/driver/test_slice_shapes_live.py",
-                "-q", "-ra", "--k8s", K8S, "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
+                "-q", "-ra", "--k8s", K8S, "-m", "second_minor",
+                *session.posargs, **UNTIL_CLEANED)
 
 
 @nox.session(name="sharing")
 def sharing(session: nox.Session) -> None:
     """Shared GPUs past the default minor: slice parity with NVIDIA's plugin under consumable shares on 1.36, and
     the allocation machine on shared GPUs (a 1.35+ bed: 1.34.4's allocator misjudges shares), the tests of
-    suites/nvidia/test_shares_parity.py and suites/properties/test_sharing_machine.py marked `second_minor`."""
+    suites/nvidia/test_shares_parity.py, suites/properties/test_sharing_machine.py and test_upstream_shared_counters.py
+    (the allocator's counters of a shared partitionable GPU, 1.35 and 1.36) marked `second_minor`; then shared
+    claims prepared by real kubelets on kind with both drivers (suites/kind/test_kind_sharing.py, two kind beds)."""
     _prepare(session)
     _nvidia_plugin(session)
     session.run("python", "-m", "pytest", "suites/nvidia/test_shares_parity.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
                 env={"DRA_TESTBED_SHARES_PARITY": "full"}, **UNTIL_CLEANED)
-    session.run("python", "-m", "pytest", "suites/properties/test_sharing_machine.py", "-q", "-ra", "--k8s", K8S,
-                "-m", "second_minor", *session.posargs, **UNTIL_CLEANED)
+    session.run("python", "-m", "pytest", "suites/properties/test_sharing_machine.py",
+                "suites/properties/test_upstream_shared_counters.py", "-q", "-ra", "--k8s", K8S, "-m", "second_minor",
+                *session.posargs, **UNTIL_CLEANED)
+    session.run("python", "-m", "pytest", "suites/kind/test_kind_sharing.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
+                env={"DRA_TESTBED_SHARING": "full"}, **UNTIL_CLEANED)
 
 
 @nox.session
@@ -112,14 +122,48 @@ def properties_nvidia(session: nox.Session) -> None:
 
 
 @nox.session
+def health(session: nox.Session) -> None:
+    """GPUs that fail, on 1.34 (effect None refused) and 1.36 (taken): NVIDIA's plugin with gate NVMLDeviceHealthCheck
+    under every injection scenario (suites/nvidia/test_nvidia_health.py, $DRA_TESTBED_NVIDIA_HEALTH=full), then our
+    driver's taints live and against NVIDIA's (suites/health). `nox -s tests` runs both on 1.34 with the smoke table."""
+    _prepare(session)
+    _nvidia_plugin(session)
+    for minor in (K8S, "1.36"):
+        session.run("dra-testbed", "toolchain", "ensure", "--k8s", minor, **UNTIL_CLEANED)
+        session.run("python", "-m", "pytest", "suites/nvidia/test_nvidia_health.py", "suites/health", "-q", "-ra", "--k8s", minor,
+                    *session.posargs, env={"DRA_TESTBED_NVIDIA_HEALTH": "full"}, **UNTIL_CLEANED)
+
+
+@nox.session
+def install(session: nox.Session) -> None:
+    """`dra-testbed install` and `uninstall` of the chart into a live KWOK bed playing the user's cluster
+    (suites/install with $DRA_TESTBED_INSTALL=full; `nox -s tests` renders, lints and checks the chart)."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/install", "-q", "-ra", "--k8s", K8S, *session.posargs,
+                env={"DRA_TESTBED_INSTALL": "full"}, **UNTIL_CLEANED)
+
+
+@nox.session(name="plugin-host")
+def plugin_host(session: nox.Session) -> None:
+    """One plugin process for many simulated nodes: a live KWOK bed whose plugins run in a host
+    (suites/e2e/test_plugin_host_live.py, $DRA_TESTBED_PLUGIN_HOST_LIVE=full), then the memory per simulated node,
+    per-node processes against the host (benchmarks/plugin_memory.py; arguments after `--` go to it)."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/e2e/test_plugin_host_live.py", "-q", "-ra", "--k8s", K8S,
+                env={"DRA_TESTBED_PLUGIN_HOST_LIVE": "full"}, **UNTIL_CLEANED)
+    session.run("python", "benchmarks/plugin_memory.py", *(session.posargs or ["--nodes", "10,50,200", "--per-node-max", "50"]),
+                **UNTIL_CLEANED)
+
+
+@nox.session
 def evolution(session: nox.Session) -> None:
     """The generated hardware-evolution machine on KWOK at the Hypothesis profile's settings (`nox -s tests` runs
-    its explicit example and the fault each rule family catches): suites/properties/test_evolution.py with
-    $DRA_TESTBED_EVOLUTION=full, and the MIG machine under nvml-chooses-placement (test_physical_bites.py); pick a
+    its explicit example and the faults two rule families catch): suites/properties/test_evolution.py with
+    $DRA_TESTBED_EVOLUTION=full (every family's fault), and the MIG machine under nvml-chooses-placement (test_physical_bites.py); pick a
     profile with `-- --hypothesis-profile nightly`."""
     _prepare(session)
     session.run("python", "-m", "pytest", "suites/properties/test_evolution.py", "suites/properties/test_physical_bites.py",
-                "-q", "-ra", "--k8s", K8S, "-k", "machine or explicit",
+                "-q", "-ra", "--k8s", K8S, "-k", "machine or explicit or family",
                 *session.posargs, env={"DRA_TESTBED_EVOLUTION": "full"}, **UNTIL_CLEANED)
 
 
@@ -137,14 +181,16 @@ TRACE_LISTS = ("openb_pod_list_default.csv", "openb_pod_list_gpushare100.csv", "
 
 @nox.session
 def density(session: nox.Session) -> None:
-    """The density table of the three Alibaba 2023 pod lists ($DRA_TESTBED_TRACE_DIR): whole vs static vs dynamic MIG."""
+    """The density table of the three Alibaba 2023 pod lists ($DRA_TESTBED_TRACE_DIR): whole, static and dynamic MIG,
+    GPUs shared by memory and by 10 shares (on 1.35 or newer: 1.34.4's allocator misjudges shares)."""
     missing = [name for name in TRACE_LISTS if not os.path.isfile(os.path.join(TRACE_DIR, name))]
     if missing:
         session.error(f"no {missing[0]} in {TRACE_DIR}; set DRA_TESTBED_TRACE_DIR to the folder of the Alibaba 2023 GPU trace")
     _prepare(session)
     for name in TRACE_LISTS:
         session.run("dra-testbed", "density", "--trace", os.path.join(TRACE_DIR, name), "--fleet", "clusters/layouts/density-h100.yaml",
-                    "--modes", "whole,static-mig:all-balanced,dynamic-mig", "--k8s", K8S,
+                    "--modes", "whole,static-mig:all-balanced,dynamic-mig,whole:shares=memory,whole:shares=10",
+                    "--k8s", max(K8S, "1.35", key=lambda minor: tuple(map(int, minor.split(".")))),
                     "--report", os.path.join("density-report", name.removesuffix(".csv")), *session.posargs, **UNTIL_CLEANED)
 
 
@@ -171,6 +217,9 @@ def conformance(session: nox.Session) -> None:
     _nvidia_plugin(session)  # before the long matrix: NVIDIA's reports are part of the session, never left out
     session.run("python", "-m", "pytest", "suites/conformance", "-q", "-ra", "--k8s", K8S,
                 env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full", "DRA_TESTBED_CONFORMANCE_OUT": "reports/conformance/matrix"}, **UNTIL_CLEANED)
+    # the kind suite's own fault rows: the driver redeployed with a fault on its session bed
+    session.run("python", "-m", "pytest", "suites/kind/test_kind_dra.py", "-q", "-ra", "--k8s", K8S, "-k", "test_fault_",
+                env={"DRA_TESTBED_CONFORMANCE_MATRIX": "full"}, **UNTIL_CLEANED)
     # incomplete (3) on both: KWOK cannot run the node side, kind cannot add a node (slices.removed-with-node);
     # a failed MUST (1) still fails the session
     for backend in ("kwok", "kind"):
@@ -220,3 +269,17 @@ def parity_boards(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "suites/nvidia/test_slice_parity.py", "suites/nvidia/test_dynamic_mig_nodes.py",
                 "-q", "-ra", "--k8s", K8S, "-m", "cluster", "--durations=10", *session.posargs,
                 env={"DRA_TESTBED_PARITY_BOARDS": "all"}, **UNTIL_CLEANED)
+
+
+@nox.session(name="ai-conformance")
+def ai_conformance(session: nox.Session) -> None:
+    """Kubernetes' AI-conformance tests (kubernetes-sigs/ai-conformance: git at its pinned commit, $DRA_TESTBED_AI_CONFORMANCE_REPO
+    or GitHub) on a kind bed per row of suites/aiconformance: our driver, our driver under faults, NVIDIA's; `nox -s tests` runs
+    the smoke on its session kind bed. With arguments after `--`, runs `dra-testbed ai-conformance` with them instead."""
+    _prepare(session)
+    if session.posargs:
+        session.run("dra-testbed", "ai-conformance", "--k8s", K8S, *session.posargs, **UNTIL_CLEANED)
+        return
+    _nvidia_plugin(session)
+    session.run("python", "-m", "pytest", "suites/aiconformance", "-q", "-ra", "--k8s", K8S, "-k", "bed_of_its_own",
+                env={"DRA_TESTBED_AI_CONFORMANCE": "full"}, **UNTIL_CLEANED)

@@ -29,7 +29,9 @@ def go_env(**extra: str) -> dict[str, str]:
         GOMODCACHE=str(root / "mod"),
         GOCACHE=str(root / "build"),
         GOFLAGS="-mod=mod -buildvcs=false",
-        GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "local"),
+        # auto: the machine's Go unless a module declares a newer one (Kubernetes 1.38's go 1.27.0), which
+        # Go then fetches once through the module proxy into GOMODCACHE; older modules build exactly as before
+        GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "auto"),
     )
     env.update(extra)
     return env

@@ -24,6 +24,18 @@ class Release:
     kind: str
 
     @property
+    def prerelease(self) -> bool:
+        """Whether `kubernetes` is a pre-release (e.g. "v1.38.0-beta.0"): its lane reports without gating.
+        The version string is the one place that says so, so the lane becomes a normal minor the day the
+        pin moves to the release."""
+        return "-" in self.kubernetes
+
+    @property
+    def label(self) -> str:
+        """The minor as listings show it: "1.38 (pre-release v1.38.0-beta.0)" for a pre-release."""
+        return f"{self.minor} (pre-release {self.kubernetes})" if self.prerelease else self.minor
+
+    @property
     def staging(self) -> str:
         """Version of the published k8s.io/* staging modules, e.g. "v0.34.4"."""
         return "v0." + self.kubernetes.removeprefix("v1.")
@@ -44,6 +56,9 @@ RENDERERS: dict[str, str] = {"helm": "v4.3.2", "kustomize": "v5.8.2"}
 
 # Patch releases are the newest that the Go module proxy serves for each minor; etcd follows
 # kubeadm's pairing; kind v0.30.0 is the first kind that defaults to a 1.34 node image.
+# 1.38 is ahead of its release: the newest pre-release the proxy serves. Its modules declare go 1.27.0, so
+# hostenv.goenv lets Go fetch that toolchain. Its kubeadm pairs etcd 3.7.1, but its API server runs on 1.37's
+# cached etcd v3.6.8 (a KWOK bed, measured); kwok v0.8.0 and kind v0.33.0 are the newest the proxy serves.
 RELEASES: dict[str, Release] = {
     r.minor: r
     for r in (
@@ -51,6 +66,7 @@ RELEASES: dict[str, Release] = {
         Release("1.35", "v1.35.4", "v3.6.5", "v0.8.0", "v0.32.0"),
         Release("1.36", "v1.36.3", "v3.6.8", "v0.8.0", "v0.33.0"),
         Release("1.37", "v1.37.2", "v3.6.8", "v0.8.0", "v0.33.0"),
+        Release("1.38", "v1.38.0-beta.0", "v3.6.8", "v0.8.0", "v0.33.0"),
     )
 }
 

@@ -8,7 +8,7 @@ does not test that promise.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Iterable, Mapping
 
 FAULTS_ENV = "DRA_TESTBED_FAULTS"
 
@@ -33,6 +33,11 @@ FAULTS: dict[str, str] = {
     "shares-not-multiple": "with consumable shares on, devices publish their capacity request policies but not allowMultipleAllocations",
     "shares-exceed-device": "with consumable shares on, a device's memory request policy lets one claim take twice the memory the device has",
     "shares-step-not-divisor": "with consumable shares on, the memory request policy's step (3Mi) does not divide the device's memory",
+    # device health (nodes with health checks on; fake_gpus/driver/health.py)
+    "taint-never-published": "the health monitor sees failed GPUs but their devices are published without taints",
+    "taint-wrong-effect": "fatal Xids and lost GPUs taint with effect None instead of NoSchedule, so failed GPUs still take claims",
+    "ignored-xids-wrong": "application Xids (13, 31, 43, 45, 68, 109) count as fatal and keep their GPU from new claims",
+    "taint-never-removed": "a GPU that is back or was reset keeps its taints (NVIDIA's driver never lifts them either)",
     # (+ the under-declared profiles below)
     # kubelet plugin
     "prepare-fails": "NodePrepareResources answers every claim with an error",
@@ -91,9 +96,9 @@ def parse_faults(text: str) -> frozenset[str]:
     return names
 
 
-def active_faults(environ: dict[str, str] | None = None) -> frozenset[str]:
-    """The switches on for this process."""
-    return parse_faults((environ or os.environ).get(FAULTS_ENV, ""))
+def active_faults(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The switches on for this process (or, given `environ`, for the hosted node whose environment it is)."""
+    return parse_faults((os.environ if environ is None else environ).get(FAULTS_ENV, ""))
 
 
 def fault_env(faults: Iterable[str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Mapping
 
 DEFAULT_DRIVER = "gpu.nvidia.com"
 DRIVER_ENV = "DRA_TESTBED_DRIVER_NAME"
@@ -65,9 +66,9 @@ class DriverIdentity:
         }
 
 
-def current_identity() -> DriverIdentity:
-    """The identity in force: $DRA_TESTBED_DRIVER_NAME or gpu.nvidia.com."""
-    return DriverIdentity(os.environ.get(DRIVER_ENV) or DEFAULT_DRIVER)
+def current_identity(environ: Mapping[str, str] | None = None) -> DriverIdentity:
+    """The identity in force: $DRA_TESTBED_DRIVER_NAME (of `environ`, else this process's) or gpu.nvidia.com."""
+    return DriverIdentity((os.environ if environ is None else environ).get(DRIVER_ENV) or DEFAULT_DRIVER)
 
 
 def semver(text: str) -> str:

@@ -95,7 +95,7 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str, re
                     ready.reason = "the node's slices in the API are not the ones published: publishing again"
             except Exception as exc:  # noqa: BLE001 - the API may be away for a moment: the next round looks again
                 print(f"node-publisher: checking published slices: {type(exc).__name__}", file=sys.stderr, flush=True)
-        if _state_stamp(state_dir) != publisher.stamps.get(node_name):
+        if publisher.health.changed() or _state_stamp(state_dir) != publisher.stamps.get(node_name):
             try:
                 publisher.settle(node_name, publisher.sync(cfg))
                 ready.reason = None
@@ -106,6 +106,7 @@ def run(node_name: str, state_dir: Path, nvml_lib_dir: Path, kubeconfig: str, re
                 publisher.stop.wait(RETRY_SECONDS)
         publisher.stop.wait(POLL_SECONDS)
     publisher.pool.shutdown(wait=False, cancel_futures=True)
+    publisher.health.close()
     return 0
 
 

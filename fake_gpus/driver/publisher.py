@@ -32,8 +32,9 @@ from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver import rest
 from fake_gpus.driver.credentials import NodeTokens
+from fake_gpus.driver.health_watch import ADDITIONAL_XIDS_ENV, HealthWatch, library_dir_of, tainted
 from fake_gpus.driver.identity import DriverIdentity
-from fake_gpus.driver.nvml_adapter import NvmlLibrary, inventory
+from fake_gpus.driver.nvml_adapter import InventoryError, NvmlLibrary, inventory
 from fake_gpus.driver.paging import pages
 from fake_gpus.driver.slices import ApiLimits
 from fake_gpus.driver.state_changes import StateChanges
@@ -72,12 +73,14 @@ class NodeConfig:
         return self.hardware.mode
 
 
-def node_config(node) -> NodeConfig | None:
+def node_config(node, serves: str = "ours") -> NodeConfig | None:
     """The GPU config of a Node object from its labels (the node contract's codec); None for nodes that
-    carry no fake GPUs or that another driver serves."""
+    carry no fake GPUs or that another driver serves. `serves`: the DRIVER_LABEL value of the nodes this
+    publisher serves (a Helm release's fleet carries its own, so a bed's publisher and the release's never
+    both publish one node)."""
     labels = node.metadata.labels or {}
     hardware = hardware_from_labels(labels)
-    if hardware is None or labels.get(DRIVER_LABEL, "ours") != "ours":
+    if hardware is None or labels.get(DRIVER_LABEL, "ours") != serves:
         return None
     return NodeConfig(node.metadata.name, node.metadata.uid, hardware)
 
@@ -104,8 +107,10 @@ class Publisher:
 
     def __init__(self, api: client.ApiClient, nvml: NvmlLibrary, state_root: Path, provision: Provision | None,
                  identity: DriverIdentity, faults: frozenset[str], limits: ApiLimits,
-                 credentials: NodeTokens | None = None) -> None:
+                 credentials: NodeTokens | None = None, serves: str = "ours", classes: bool = True) -> None:
         self.api = api
+        self.serves = serves  # the DRIVER_LABEL value of the nodes served (node_config)
+        self.classes = classes  # False: the DeviceClasses are someone else's to make (a Helm chart's, NVIDIA's)
         self.credentials = credentials  # each node's slices written with that node's token (KWOK); None: `api`'s own
         self.slices = rest.lister(api, SLICES)
         self.list_nodes = rest.lister(api, NODES)
@@ -126,6 +131,8 @@ class Publisher:
         self.stop = threading.Event()
         self.errors: list[str] = []
         self.started = False  # past the first publish: nodes seen from now on joined later
+        # device health of nodes whose mode asks for it: a monitor process each, its taints on the devices
+        self.health = HealthWatch(library_dir_of(nvml), identity.driver, os.environ.get(ADDITIONAL_XIDS_ENV, ""))
 
     # ----------------------------------------------------------------- hardware side
     def state_dir(self, node: str) -> Path:
@@ -146,14 +153,23 @@ class Publisher:
     # ----------------------------------------------------------------- driver side
     def desired(self, cfg: NodeConfig) -> list[StampedSlice]:
         """The node's slices from what NVML reports for it now."""
-        inv = inventory(self.nvml, self.state_dir(cfg.name))
-        return self.stamper.stamp(cfg.name, cfg.uid, inv, cfg.mode)
+        try:
+            inv = self.health.remember(cfg.name, inventory(self.nvml, self.state_dir(cfg.name)))
+        except InventoryError:  # a lost GPU answers nothing: a monitored node's devices stay, tainted
+            inv = self.health.last_inventory(cfg.name)
+            if inv is None:
+                raise
+        stamped = self.stamper.stamp(cfg.name, cfg.uid, inv, cfg.mode)
+        return tainted(stamped, self.identity.driver, self.health.taints(cfg.name), self.faults, self.limits.taint_effect_none)
 
     def sync(self, cfg: NodeConfig) -> list[Future]:
         """Publish the node's slices if they differ from what is published; returns the pending writes."""
         self.changes.watch(cfg.name, self.state_dir(cfg.name))  # before the stamp: no change falls between
+        self.health.follow(cfg.name, cfg.mode, self.state_dir(cfg.name))
         self.stamps[cfg.name] = _state_stamp(self.state_dir(cfg.name))
         old_generation, old = self.published.get(cfg.name, (0, {}))
+        if not old:  # a monitored node's devices are published once their health is watched, never before
+            self.health.wait_reported(cfg.name)
         stamped = self.desired(cfg)
         digests = {s.name: s.digest for s in stamped}
         if old and digests == old:
@@ -229,6 +245,7 @@ class Publisher:
         self.nodes.pop(node, None)
         self.stamps.pop(node, None)
         self.changes.unwatch(node)
+        self.health.forget(node)  # before its state directory goes
         _, old = self.published.pop(node, (0, {}))
         shutil.rmtree(self.state_dir(node), ignore_errors=True)
         if "slices-outlive-node" in self.faults:
@@ -285,7 +302,7 @@ class Publisher:
 
     def add(self, node) -> list[Future]:
         """A node as listed or watched: new ones get hardware and slices, changed ones are remade."""
-        cfg = node_config(node)
+        cfg = node_config(node, self.serves)
         if cfg is None:
             return []
         known = self.nodes.get(cfg.name)
@@ -308,11 +325,12 @@ class Publisher:
 
     def initial(self) -> str:
         """Classes, then every labelled node; returns the node list's resourceVersion for the watch."""
-        self.apply_classes()
+        if self.classes:
+            self.apply_classes()
         self.load_published()
         listing = rest.request(self.api, "GET", NODES, returns="V1NodeList")
         futures: list[Future] = []
-        wanted = [c for c in map(node_config, listing.items) if c is not None and c.name not in self.nodes]
+        wanted = [c for c in (node_config(n, self.serves) for n in listing.items) if c is not None and c.name not in self.nodes]
         # The machine's part (files of every node's hardware and OS views) waits on the disk more than it
         # computes: made by a few threads ahead of the driver's part, in order, as the driver asks for them.
         with ThreadPoolExecutor(MACHINE_WORKERS) as machine:
@@ -381,13 +399,16 @@ class Publisher:
             except queue.Empty:
                 pass
             if time.monotonic() >= next_poll:
-                # nodes whose state changed, and those whose last writes failed (no stamp: written again)
-                for name in self.changes.changed() | (self.nodes.keys() - self.stamps.keys()):
+                # nodes whose state changed, those whose last writes failed (no stamp: written again), and
+                # those whose device taints changed
+                sick = self.health.changed()
+                for name in self.changes.changed() | (self.nodes.keys() - self.stamps.keys()) | sick:
                     cfg = self.nodes.get(name)
-                    if cfg is not None and _state_stamp(self.state_dir(name)) != self.stamps.get(name):
+                    if cfg is not None and (name in sick or _state_stamp(self.state_dir(name)) != self.stamps.get(name)):
                         self._guard(lambda c=cfg: self.settle(c.name, self.sync(c)))
                 next_poll = time.monotonic() + POLL_SECONDS
         self.changes.close()
+        self.health.close()
 
     def _guard(self, fn, *args) -> None:
         """Errors after start-up are logged, never fatal: one bad node must not stop the others."""

@@ -56,12 +56,14 @@ class ApiLimits:
     max_counters_per_device: int  # 1.34: over all entries of a device; 1.35+: per entry
     max_consumptions_per_device: int | None  # 1.35+: consumesCounters entries of a device
     max_attributes_and_capacities: int = 32
+    taint_effect_none: bool = True  # 1.35+: a device taint may have effect None (1.34 knows NoSchedule, NoExecute)
 
 
 # k8s.io/api v0.34 resource/v1: ResourceSliceMaxDevices 128, ResourceSliceMaxSharedCounters 32 (all sets),
 # ResourceSliceMaxCountersPerDevice 32, ResourceSliceMaxDeviceCountersPerSlice 1024; counters and the
 # devices consuming them must sit in one slice (validateDevice looks counter sets up in its own slice).
-LIMITS_1_34 = ApiLimits(False, 128, 128, 32, None, 32, 1024, 32, None)
+# A taint of effect None is refused there ("supported values: NoExecute, NoSchedule", seen on 1.34.4).
+LIMITS_1_34 = ApiLimits(False, 128, 128, 32, None, 32, 1024, 32, None, taint_effect_none=False)
 # v0.35+: ResourceSliceMaxCounterSets 8, ResourceSliceMaxCountersPerCounterSet 32,
 # ResourceSliceMaxDevicesWithTaintsOrConsumesCounters 64, ResourceSliceMaxDeviceCounterConsumptionsPerDevice 2,
 # ResourceSliceMaxCountersPerDeviceCounterConsumption 32; "only one of sharedCounters or devices".

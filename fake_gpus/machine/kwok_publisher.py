@@ -5,7 +5,10 @@ on the host plays both parts: the machine (fake_gpus.machine.provision makes eac
 directory, OS views and static MIG layout) and the driver (fake_gpus.driver.publisher reads every GPU
 through NVML only and publishes the slices). SIGTERM ends it.
 
-Config (JSON): {"kubeconfig", "state_root", "ready_file", "node_identity"}. With "node_identity"
+Config (JSON): {"kubeconfig", "state_root", "ready_file", "node_identity", "serves", "device_classes",
+"nvml_lib_dir"}. "kubeconfig" "in-cluster": the pod's service account (the Helm chart's Deployment, charts/);
+"serves": the dra-testbed.io/driver label value of the nodes served (default "ours"); "device_classes": false
+leaves the DeviceClasses to someone else; "nvml_lib_dir": the fake library built already (an image's). With "node_identity"
 ({"namespace", "service_account"}) each node's slices are written with that service account's token bound to
 the node (fake_gpus/driver/credentials.py), as each kind node's driver writes with its pod's; without it
 (benchmarks' baseline) with the kubeconfig's own credential.
@@ -20,6 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from fake_gpus.driver.credentials import NodeIdentity, NodeTokens
@@ -32,6 +36,14 @@ from fake_gpus.driver.slices import api_limits, server_minor
 from fake_gpus.machine.provision import provision
 
 
+def in_cluster() -> tuple[client.ApiClient, object]:
+    """An API client of the pod's service account and the server version (the chart's Deployment)."""
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    api = client.ApiClient(cfg)
+    return api, client.VersionApi(api).get_code()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fake_gpus.machine.kwok_publisher", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, type=Path, help="publisher config (JSON)")
@@ -39,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = json.loads(args.config.read_text())
     from fake_gpus.nvml.build import SONAME, ensure_library  # the fake library stands in for the real one
 
-    nvml = NvmlLibrary(ensure_library() / SONAME)
+    nvml = NvmlLibrary((Path(cfg["nvml_lib_dir"]) if cfg.get("nvml_lib_dir") else ensure_library()) / SONAME)
     preload_api_modules()
-    api, version = connect(Path(cfg["kubeconfig"]))
+    api, version = in_cluster() if cfg["kubeconfig"] == "in-cluster" else connect(Path(cfg["kubeconfig"]))
     limits = api_limits(server_minor(version))
     tokens = NodeTokens(api, NodeIdentity(**cfg["node_identity"])) if cfg.get("node_identity") else None
     publisher = Publisher(api, nvml, Path(cfg["state_root"]), functools.partial(provision, nvml=nvml), current_identity(),
-                          active_faults(), limits, credentials=tokens)
+                          active_faults(), limits, credentials=tokens, serves=cfg.get("serves", "ours"),
+                          classes=cfg.get("device_classes", True))
     signal.signal(signal.SIGTERM, lambda *_: publisher.stop.set())
     signal.signal(signal.SIGINT, lambda *_: publisher.stop.set())
     try:

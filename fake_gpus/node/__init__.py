@@ -5,7 +5,7 @@ facts (those are the catalog's), so the driver reads its nodes through it withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 MODES = ("whole", "static-mig:<layout>", "dynamic-mig")
@@ -18,6 +18,9 @@ COUNT_LABEL = "dra-testbed.io/gpu-count"
 MODE_LABEL = "dra-testbed.io/mode"
 LAYOUT_LABEL = "dra-testbed.io/mig-layout"
 SHARES_LABEL = "dra-testbed.io/consumable-shares"
+# device health monitoring (NVIDIA's NVMLDeviceHealthCheck gate, here per node pool): a mode ending `:health`
+HEALTH_SUFFIX = ":health"
+HEALTH_LABEL = "dra-testbed.io/health-check"
 
 
 class ModeError(ValueError):
@@ -37,10 +40,12 @@ class Mode:
     kind: str  # "whole" | "static-mig" | "dynamic-mig"
     mig_layout: str | None = None
     shares: str | None = None  # "memory" | "unlimited" | "<N>" (a positive integer)
+    health: bool = False  # the driver monitors the GPUs' health and taints failed devices
 
     def __str__(self) -> str:
         text = f"{self.kind}:{self.mig_layout}" if self.mig_layout else self.kind
-        return f"{text}{SHARES_SUFFIX}{self.shares}" if self.shares else text
+        text = f"{text}{SHARES_SUFFIX}{self.shares}" if self.shares else text
+        return f"{text}{HEALTH_SUFFIX}" if self.health else text
 
 
 def parse_shares(text: str) -> str | None:
@@ -54,16 +59,20 @@ def parse_shares(text: str) -> str | None:
 
 
 def parse_mode(text: str) -> Mode:
-    """`whole`, `static-mig:<layout>` or `dynamic-mig`, each maybe ending `:shares=<value>`; ModeError otherwise."""
+    """`whole`, `static-mig:<layout>` or `dynamic-mig`, each maybe followed by `:shares=<value>`, then maybe
+    `:health`; ModeError otherwise."""
+    health = text.endswith(HEALTH_SUFFIX)
+    text = text.removesuffix(HEALTH_SUFFIX)
     shares = None
     if SHARES_SUFFIX in text:
         text, _, value = text.rpartition(SHARES_SUFFIX)
         shares = parse_shares(value)
     if text in ("whole", "dynamic-mig"):
-        return Mode(text, shares=shares)
+        return Mode(text, shares=shares, health=health)
     if text.startswith("static-mig:") and text.removeprefix("static-mig:"):
-        return Mode("static-mig", text.removeprefix("static-mig:"), shares)
-    raise ModeError(f"unknown mode {text!r}; valid modes: {', '.join(MODES)}, each maybe followed by {SHARES_SUFFIX}<{'|'.join(SHARES[1:])}>")
+        return Mode("static-mig", text.removeprefix("static-mig:"), shares, health)
+    raise ModeError(f"unknown mode {text!r}; valid modes: {', '.join(MODES)}, each maybe followed by "
+                    f"{SHARES_SUFFIX}<{'|'.join(SHARES[1:])}>, then maybe {HEALTH_SUFFIX}")
 
 
 def check_mode_for_board(mode: Mode, board: str, mig_capable: bool) -> None:
@@ -90,6 +99,8 @@ def hardware_labels(hardware: NodeHardware) -> dict[str, str]:
         labels[LAYOUT_LABEL] = hardware.mode.mig_layout
     if hardware.mode.shares:
         labels[SHARES_LABEL] = hardware.mode.shares
+    if hardware.mode.health:
+        labels[HEALTH_LABEL] = "true"
     return labels
 
 
@@ -112,4 +123,7 @@ def hardware_from_labels(labels: Mapping[str, str] | None) -> NodeHardware | Non
             mode = Mode(mode.kind, mode.mig_layout, parse_shares(labels[SHARES_LABEL]))
         except ModeError as exc:
             raise LabelError(f"label {SHARES_LABEL}: {exc}") from exc
+    if labels.get(HEALTH_LABEL, "false") not in ("true", "false"):
+        raise LabelError(f"label {HEALTH_LABEL}={labels[HEALTH_LABEL]!r} is not valid; valid: true, false")
+    mode = replace(mode, health=labels.get(HEALTH_LABEL) == "true")
     return NodeHardware(labels[BOARD_LABEL], int(count), mode)

@@ -125,7 +125,19 @@ def catalog_source() -> str:
         )
     out += ["const fk_board fk_boards[] = {", *rows, "};",
             f"const unsigned fk_n_boards = {len(rows)};", ""]
+    out += xid_recovery_rows()
     return "\n".join(out)
+
+
+def xid_recovery_rows() -> list[str]:
+    """C rows of the Xid -> NVML recovery action table (fake_gpus.catalog.xids), for the library's
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field."""
+    from fake_gpus.catalog.xids import RECOVERY_UNLISTED, XIDS
+
+    rows = [f"    {{{x.number}, {x.recovery}}}," for x in sorted(XIDS.values(), key=lambda x: x.number)]
+    return ["const fk_xid_recovery fk_xid_recoveries[] = {", *rows, "};",
+            f"const unsigned fk_n_xid_recoveries = {len(rows)};",
+            f"const unsigned fk_xid_recovery_unlisted = {RECOVERY_UNLISTED};", ""]
 
 
 def _driver_versions() -> list[str]:

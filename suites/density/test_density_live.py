@@ -86,6 +86,8 @@ def test_report_page_ties_table_and_plots_together(report) -> None:
     (["--modes", "static-mig:all-9g"], "MIG layout 'all-9g' of h100-80gb is unknown"),
     (["--trace", "/etc/hostname"], "missing column 'name'"),
     (["--window", "0"], "--window 0"),
+    (["--modes", "whole:shares=memory", "--k8s", "1.34"], "needs --k8s 1.35 or newer"),  # 1.34.4 misjudges shares
+    (["--modes", "dynamic-mig:shares=memory"], "valid sharing modes: whole:shares=memory, whole:shares=<N>"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     base = {"--trace": str(DATA / "default-head60.csv"), "--fleet": str(Path(__file__).parents[2] / "clusters/layouts/density-h100.yaml")}

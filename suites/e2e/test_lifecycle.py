@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hostenv.processes import alive, run_child
+from testbed.clusters.layout import NODE_KEYS
 from testbed.clusters.kwok import KwokCluster
 
 pytestmark = pytest.mark.cluster
@@ -122,7 +123,7 @@ def test_bad_layout_file_names_the_key(cluster_name: str, tmp_path: Path) -> Non
     up = cli("up", "--name", cluster_name, "--layout", str(layout))
     assert up.returncode == 2
     assert up.stderr.strip().count("\n") == 0
-    assert "unknown key 'gpus'; valid keys: name, board, count, mode, consumableShares, replicas" in up.stderr
+    assert f"unknown key 'gpus'; valid keys: {', '.join(NODE_KEYS)}" in up.stderr
     assert not KwokCluster(cluster_name).exists()
 
 

@@ -163,6 +163,6 @@ def test_unmodelled_call_returns_not_supported(nvml_lib, make_node):
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     speed = ctypes.c_uint()
     assert nvml_lib.nvmlDeviceGetFanSpeed(h, ctypes.byref(speed)) == pynvml.NVML_ERROR_NOT_SUPPORTED
-    assert nvml_lib.nvmlEventSetWait_v2(None, None, 0) == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert nvml_lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(speed)) == pynvml.NVML_ERROR_NOT_SUPPORTED
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)

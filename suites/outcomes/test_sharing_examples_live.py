@@ -59,6 +59,11 @@ def test_sharing_examples_land_as_nvidia_documents(request, bed, driver: str) ->
                 assert r.share_id, f"{owner}: {a.claim} allocated whole, not as a share"
                 if owner == "Deployment/by-memory":
                     assert r.consumed_capacity == {"memory": "4Gi"}, r.consumed_capacity
+            for pod, other in zip(replicas, reversed(replicas)):  # try names the other replica and what it took
+                (shown,) = pod.allocations
+                assert shown.share and f"with {other.name}" in shown.share, (owner, shown.share)
+                if owner == "Deployment/by-memory":
+                    assert shown.share.startswith("shared: took memory 4Gi;") and "left memory 71.6Gi" in shown.share, shown.share
         sliced = [p for p in result.pods if p.name.startswith("sliced-")]
         assert len({(a.node, a.device, a.claim) for p in sliced for a in p.allocations}) == 1  # one claim, one GPU
         assert {p.node for p in result.pods if p.name in ("sliced-a", "sliced-b", "mps-pair")} == {"strategies"}

@@ -206,3 +206,39 @@ def test_every_shared_solution_passes_the_checker(shares, count, claims) -> None
             allocations.append((f"c{index}", list(results)))
         assert check_usage(inventory, allocations) == []
         assert shared_memory_violations(inventory, allocations) == []
+
+
+# --- a shared partitionable GPU (dynamic MIG with consumable shares): counters consumed once ------------------
+
+def _partitionable(shares: str = "memory") -> Inventory:
+    """One GPU as NVIDIA publishes it with dynamic MIG and shares: the full device and a 1g MIG device, both
+    shareable, consuming one counter set (8 memory slices: the full device all, the MIG device one)."""
+    def device(name: str, slices: int, memory: str) -> dict:
+        raw = apply_consumable_shares({"name": name, "attributes": {"type": {"string": "gpu" if slices == 8 else "mig"}},
+                                       "capacity": {"memory": {"value": memory}}}, shares, frozenset())
+        return {**raw, "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slices": {"value": str(slices)}}}]}
+
+    spec = {"driver": DRIVER, "nodeName": "n", "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "gpu-0-counter-set", "counters": {"memory-slices": {"value": "8"}}}],
+            "devices": [device("gpu-0", 8, "81559Mi"), device("gpu-0-mig-1g10gb-19-0", 1, "9984Mi")]}
+    return Inventory.from_slices([{"metadata": {"name": "n-slice"}, "spec": spec}])
+
+
+def _named(device: str, *capacity: tuple[str, str]) -> ClaimSpec:
+    device_class = ID.gpu_class if device == "gpu" else ID.mig_class
+    return ClaimSpec((Request("r", (SubRequest("r", device_class, capacity=tuple(capacity)),)),))
+
+
+def test_shares_of_a_partitionable_gpu_consume_its_counters_once_and_hold_them() -> None:
+    inventory = _partitionable()
+    full = DeviceId(DRIVER, "n", "gpu-0")
+    two = _place(inventory, [_named("gpu", ("memory", "4Gi")), _named("gpu", ("memory", "4Gi"))])
+    assert two is not None and [r[0].device for r in two.results] == [full, full]  # the second share needs no counters
+    held = Usage.of(inventory, _held(two))
+    assert dict(held.consumed[next(iter(held.consumed))]) == {"memory-slices": Decimal(8)}  # once, not twice
+    assert _place(inventory, [_named("mig")], held) is None  # the shares hold the GPU's counters: no MIG device
+    assert _place(inventory, [_named("mig")]) is not None  # released, it fits again
+    assert _place(inventory, [_named("mig"), _named("mig")]) is None  # unasked, a share takes the device's memory
+    mig = _place(inventory, [_named("mig", ("memory", "4Gi")), _named("mig", ("memory", "4Gi"))])
+    assert mig is not None and len({r[0].device for r in mig.results}) == 1  # two shares of one MIG device
+    assert _place(inventory, [_named("gpu", ("memory", "4Gi"))], Usage.of(inventory, _held(mig))) is None

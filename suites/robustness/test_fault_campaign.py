@@ -122,7 +122,12 @@ def test_a_killed_schedulers_downtime_is_excused_a_stalled_scheduler_still_fails
         runner.close()
 
 
-@pytest.mark.parametrize("fault", sorted(CAUGHT_AS))
+# `nox -s campaign` runs every fault of CAUGHT_AS with more kills; here the double allocation, whose seeds fail at
+# once (a leak waits out 15 s per leaking example, 3 seeds twice: two minutes)
+SMOKE_FAULTS = ("counters-undeclared",)
+
+
+@pytest.mark.parametrize("fault", SMOKE_FAULTS)
 def test_the_campaign_reports_the_fault(bed, fault: str) -> None:
     # a leak is what is still there 15 s after the claims are gone (clean runs allow 60 s; a healthy KWOK node
     # releases within a few): every leaking example waits that long, 3 seeds twice, so it is kept short

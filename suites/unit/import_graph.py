@@ -44,10 +44,12 @@ LAYERS = (
     "testbed.clusters.existing",  # a cluster someone else runs
     "testbed.clusters.registry",  # backend name -> cluster
     "testbed.beds",  # one test bed's life cycle: reuse or create, retries, images, logs, teardown
+    "testbed.install",  # the fake fleet in a cluster someone else runs: the Helm chart's values, collisions, release
     "testbed.workloads",  # generated workloads, the oracle, replay
     "testbed.outcomes",  # will these manifests schedule: `try`
     "testbed.density",  # trace replay and the density report
     "testbed.conformance",  # the conformance suite
+    "testbed.aiconformance",  # Kubernetes' AI-conformance tests built from source, run on a bed, their checklist
     "testbed.campaign",  # the fault campaign
     "testbed.upstream",  # Kubernetes' own DRA e2e
     "testbed.fresh",  # the README's commands on a throwaway root

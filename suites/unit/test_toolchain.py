@@ -189,8 +189,35 @@ def test_concurrent_runs_download_each_file_once(tmp_path: Path, mirror: tuple[s
 
 
 def test_unknown_minor_names_the_valid_ones() -> None:
-    with pytest.raises(UnknownVersionError, match="valid: 1.34, 1.35, 1.36, 1.37"):
+    with pytest.raises(UnknownVersionError, match="valid: 1.34, 1.35, 1.36, 1.37, 1.38"):
         release_for("1.29")
+
+
+def test_a_prerelease_pin_is_the_one_place_that_marks_the_next_minor() -> None:
+    """1.38 pins a beta: pre-release, labelled so, staging modules of the same beta; moving the pin to the
+    release makes it a normal minor with nothing else changed."""
+    import dataclasses
+
+    nxt = release_for("1.38")
+    assert nxt.prerelease and nxt.label == f"1.38 (pre-release {nxt.kubernetes})" and "-" in nxt.kubernetes
+    assert nxt.staging == "v0." + nxt.kubernetes.removeprefix("v1.")
+    released = dataclasses.replace(nxt, kubernetes="v1.38.0")
+    assert not released.prerelease and released.label == "1.38" and released.staging == "v0.38.0"
+    assert not any(release_for(m).prerelease for m in ("1.34", "1.35", "1.36", "1.37"))
+    assert "-X k8s.io/component-base/version.gitMinor=38" in gobuild.kubernetes_ldflags(nxt.kubernetes)
+
+
+@pytest.mark.parametrize(("minor", "said"), [("1.38", True), ("1.37", False)])
+def test_commands_on_the_prerelease_minor_say_so(tmp_path: Path, minor: str, said: bool) -> None:
+    """Resolving a toolchain (every --k8s command does) notes a pre-release once; a released minor gets no note."""
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    out = subprocess.run([sys.executable, "-m", "testbed.cli", "toolchain", "ensure", "--k8s", minor, "--only", "kubectl",
+                          "--binary", f"kubectl={fake}"], capture_output=True, text=True, check=True)
+    note = f"Kubernetes {minor} is ahead of its release: {release_for(minor).kubernetes}"
+    assert (note in " ".join(out.stderr.split())) is said, out.stderr
+    assert out.stdout.split("\t")[:2] == ["kubectl", "override"]
 
 
 def test_staging_modules_and_version_stamps() -> None:

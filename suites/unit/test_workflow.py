@@ -3,6 +3,7 @@ covers backend x minor x driver, a conformance job and the upstream suite per mi
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -67,10 +68,54 @@ def test_session_parsing_reads_decorators_and_command_lines(tmp_path: Path) -> N
 
 def test_matrix_covers_backend_minor_driver_and_upstream_per_minor() -> None:
     jobs = {name: job for path in WORKFLOWS for name, job in _load(path)["jobs"].items()}
-    minors = sorted(RELEASES)
+    released = sorted(key for key, release in RELEASES.items() if not release.prerelease)
     e2e = jobs["e2e"]["strategy"]["matrix"]
-    assert sorted(e2e["backend"]) == ["kind", "kwok"] and sorted(e2e["k8s"]) == minors and sorted(e2e["driver"]) == ["nvidia", "ours"]
+    assert sorted(e2e["backend"]) == ["kind", "kwok"] and sorted(e2e["k8s"]) == released and sorted(e2e["driver"]) == ["nvidia", "ours"]
     assert any("nox -s conformance" in s.get("run", "") for s in jobs["conformance"]["steps"])
     upstream = jobs["upstream"]
-    assert sorted(upstream["strategy"]["matrix"]["k8s"]) == minors
+    assert sorted(upstream["strategy"]["matrix"]["k8s"]) == released
     assert any("nox -s upstream" in s.get("run", "") and "--backend kind" in s["run"] for s in upstream["steps"])
+
+
+NEXT_LANE_COMBOS = {"e2e": {(b, d) for b in ("kind", "kwok") for d in ("nvidia", "ours")}, "upstream": {(None, None)}}
+
+
+def next_lane_problems(workflow: dict, releases: dict) -> list[str]:
+    """One line per way the `next` lane of the e2e and upstream jobs differs from the pinned pre-releases: each
+    pre-release minor runs on every combination in a non-gating `next` entry; every other entry is a release."""
+    prereleases = sorted(key for key, release in releases.items() if release.prerelease)
+    problems = []
+    for job_name, combos in NEXT_LANE_COMBOS.items():
+        job = workflow["jobs"][job_name]
+        matrix = job["strategy"]["matrix"]
+        if job.get("continue-on-error") != "${{ matrix.lane == 'next' }}":
+            problems.append(f"{job_name}: continue-on-error is {job.get('continue-on-error')!r}, not the next lane's")
+        problems += [f"{job_name}: pre-release {minor} gates (in matrix.k8s)" for minor in prereleases if minor in matrix["k8s"]]
+        lane = [entry for entry in matrix.get("include") or [] if entry.get("lane") == "next"]
+        for entry in lane:
+            if not releases[entry["k8s"]].prerelease:
+                problems.append(f"{job_name}: {entry['k8s']} is released, yet in the next lane; move it into matrix.k8s")
+        for minor in prereleases:
+            have = {(entry.get("backend"), entry.get("driver")) for entry in lane if entry["k8s"] == minor}
+            problems += [f"{job_name}: next lane lacks {minor} {combo}" for combo in sorted(combos - have, key=str)]
+    return problems
+
+
+def test_the_next_lane_runs_each_prerelease_without_gating() -> None:
+    workflow = _load(ROOT / ".github" / "workflows" / "e2e.yml")
+    assert any(release.prerelease for release in RELEASES.values()), "no pre-release pinned: the next lane has nothing to run"
+    assert next_lane_problems(workflow, RELEASES) == []
+
+
+def test_next_lane_problems_are_caught() -> None:
+    """The release day (pin moved to 1.38.0 and the lane left as is), a gating pre-release, a missing entry."""
+    workflow = _load(ROOT / ".github" / "workflows" / "e2e.yml")
+    released = {**RELEASES, "1.38": dataclasses.replace(RELEASES["1.38"], kubernetes="v1.38.0")}
+    assert "e2e: 1.38 is released, yet in the next lane; move it into matrix.k8s" in next_lane_problems(workflow, released)
+    workflow["jobs"]["upstream"]["strategy"]["matrix"]["k8s"].append("1.38")
+    workflow["jobs"]["e2e"]["strategy"]["matrix"]["include"].pop()
+    workflow["jobs"]["e2e"]["continue-on-error"] = True
+    problems = next_lane_problems(workflow, RELEASES)
+    assert "upstream: pre-release 1.38 gates (in matrix.k8s)" in problems
+    assert "e2e: next lane lacks 1.38 ('kind', 'nvidia')" in problems
+    assert "e2e: continue-on-error is True, not the next lane's" in problems

@@ -9,13 +9,17 @@ import sys
 
 from testbed.cli import (conformance, density, down, fake_nvml, image, kubeconfig, replay, status, toolchain, try_cmd, up,
                          upstream)
+from testbed.cli import gpu_health
+from testbed.cli import ai_conformance
+from testbed.cli import install
 from testbed.errors import BadInputError, EnvironmentProblem
 from testbed.host import interrupts
 
 EXIT_ENVIRONMENT = 1
 EXIT_BAD_INPUT = 2
 # every subcommand, in the order `--help` and docs/reference/cli.md list them
-COMMANDS = (up, down, status, kubeconfig, replay, toolchain, fake_nvml, image, try_cmd, density, conformance, upstream)
+COMMANDS = (up, down, status, kubeconfig, replay, toolchain, fake_nvml, image, try_cmd, density, conformance, upstream,
+            gpu_health, ai_conformance, install)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -29,7 +29,7 @@ def cmd_toolchain_list(args: argparse.Namespace) -> int:
     print("minor\tproject\tversion\tstate\torigin\tsize")
     for key, release in sorted(RELEASES.items()):
         for project in PROJECTS.values():
-            print(_cache_row(key, project.name, release.project_version(project.name)))
+            print(_cache_row(release.label, project.name, release.project_version(project.name)))
     # the renderers of `try -k` / `--helm`: one version for every minor, built on first use
     for name in RENDERER_PROJECTS:
         print(_cache_row("any", name, release_for(DEFAULT_MINOR).project_version(name)))

@@ -51,6 +51,8 @@ class ClusterSpec:
     # kind: the kubelets' crash-loop back-off cap in seconds (1-300; KubeletCrashLoopBackOffMax). None keeps the
     # kubelet's default of 5 min, which makes a long kill campaign wait minutes per kill
     restart_backoff_max: float | None = None
+    # KWOK: a KubeSchedulerConfiguration file for kube-scheduler (kwokctl's kubeSchedulerConfig); None: the default profile
+    scheduler_config: str | None = None
 
 
 @dataclass(frozen=True)

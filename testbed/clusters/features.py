@@ -27,6 +27,11 @@ FEATURE_GATES: dict[str, tuple[str, ...]] = {
     # partitionable devices type (needs pool status)
     "1.37": ("DRAPartitionableDevices", "DRAConsumableCapacity", "DRAResourcePoolStatus", "DRAWorkloadResourceClaims",
              "GenericWorkload", "DRADeviceCompatibilityGroups", "DRAOptionalNodeOperations", "DRAPartitionableDevicesType"),
+    # 1.38 (v1.38.0-beta.0): partitionable devices GA and locked, consumable capacity and fractional capacity
+    # ranges GA (unlocked, on), binding conditions GA and locked, taints and taint rules now locked; Workload
+    # claims and GenericWorkload still beta but off; new alpha its DRA e2e specs name: node allocatable resources
+    "1.38": ("DRAResourcePoolStatus", "DRAWorkloadResourceClaims", "GenericWorkload", "DRADeviceCompatibilityGroups",
+             "DRAOptionalNodeOperations", "DRAPartitionableDevicesType", "DRANodeAllocatableResources"),
 }
 
 # Every pinned minor registers these resource.k8s.io versions; only v1 is served by default.
@@ -35,6 +40,7 @@ RESOURCE_API_VERSIONS = ("v1beta1", "v1beta2", "v1alpha3")
 EXTRA_API_VERSIONS: dict[str, tuple[str, ...]] = {
     "1.36": ("scheduling.k8s.io/v1alpha2",),
     "1.37": ("scheduling.k8s.io/v1beta1",),
+    "1.38": ("scheduling.k8s.io/v1beta1",),
 }
 
 

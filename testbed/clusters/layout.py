@@ -7,7 +7,7 @@ Every problem is reported as one line naming what was wrong and what is valid.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -19,7 +19,7 @@ from fake_gpus.node import parse_mode as parse_hardware_mode
 
 from testbed.errors import BadInputError
 
-NODE_KEYS = ("name", "board", "count", "mode", "consumableShares", "replicas")
+NODE_KEYS = ("name", "board", "count", "mode", "consumableShares", "healthCheck", "replicas")
 LAYOUT_KEYS = ("name", "description", "nodes")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # no layout grows past this, --allow-large or not: each node is an object in memory before anything starts
@@ -147,9 +147,15 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
         if mode.shares:  # two values for one setting: neither may silently win
             raise LayoutError(f"{where}: consumableShares and a mode ending {SHARES_SUFFIX}{mode.shares} both set the shares; give one")
         try:
-            mode = Mode(mode.kind, mode.mig_layout, parse_shares(str(entry["consumableShares"])))
+            mode = replace(mode, shares=parse_shares(str(entry["consumableShares"])))
         except ModeError as exc:
             raise LayoutError(f"{where}: {exc}") from exc
+    if "healthCheck" in entry:  # NVIDIA's NVMLDeviceHealthCheck gate for this pool (or a mode ending :health)
+        if not isinstance(entry["healthCheck"], bool):
+            raise LayoutError(f"{where}: healthCheck {entry['healthCheck']!r} is not valid; valid: true, false")
+        if mode.health and not entry["healthCheck"]:  # two values for one setting: neither may silently win
+            raise LayoutError(f"{where}: healthCheck false and a mode ending :health disagree; give one")
+        mode = replace(mode, health=entry["healthCheck"])
     replicas = entry.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise LayoutError(f"{where}: replicas {replicas!r} must be a whole number >= 1")
@@ -162,7 +168,7 @@ def _nodes_of_entry(entry: object, where: str) -> list[NodeSpec]:
 
 
 def load_layout(path: str | Path) -> Layout:
-    """A layout from a YAML file: `nodes: [{name, board, count, mode, consumableShares, replicas}]`."""
+    """A layout from a YAML file: `nodes: [{name, board, count, mode, consumableShares, healthCheck, replicas}]`."""
     file = Path(path)
     try:
         data = yaml.safe_load(file.read_text())

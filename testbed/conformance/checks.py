@@ -31,6 +31,8 @@ NVIDIA_MIG = "NVIDIA MIG user guide: supported MIG profiles"
 CNCF = "CNCF AI conformance: accelerators/dra_support"
 KEP_5075 = "KEP-5075 consumable capacity (allowMultipleAllocations, capacity requestPolicy, consumedCapacity)"
 NVIDIA_SHARES = "NVIDIA dra-driver-nvidia-gpu --consumable-shares (docs/design/sharing.md)"
+NVIDIA_HEALTH = "NVIDIA dra-driver-nvidia-gpu NVMLDeviceHealthCheck device taints (docs/design/health.md)"
+KEP_5055 = "KEP-5055 DRA device taints and tolerations"
 # A shareable device with an invalid request policy (no allowMultipleAllocations, a maximum above the capacity, a
 # step that does not divide the range) is refused by the API server with its whole slice: every such switch leaves
 # the sharing node without slices, which served-api, shares.published and sched.shared-capacity all see.
@@ -137,6 +139,22 @@ CHECKS: tuple[Check, ...] = (
           (KEP_4381, KEP_4815, KEP_4816), API_SIDE, PROFILES,
           ("short-placement", "oversized-counters", "class-selects-all", "pool-count-wrong", "renamed-attribute", "wrong-memory",
            *UNDERDECLARED)),
+    # --------------------------------------------------------------------- GPU health (faults through the node's NVML)
+    # After sched.generated, whose reference model knows no taints; in this order, on one node (health_checks.py).
+    Check("health.fatal-xid-taints", MUST,
+          "A fatal Xid (79) on a GPU of a node with health checks taints its device <driver>/xid=79 NoSchedule within 10 s, and a new claim for it is not allocated.",
+          (NVIDIA_HEALTH, KEP_5055), (KWOK,), ("gpu",), ("taint-never-published", "taint-wrong-effect"), ("node-nvml",)),
+    Check("health.lost-gpu", MUST,
+          "A GPU fallen off the bus taints its device <driver>/gpu-lost NoSchedule within 10 s.",
+          (NVIDIA_HEALTH, KEP_5055), (KWOK,), ("gpu",), ("taint-never-published", "taint-wrong-effect"), ("node-nvml",)),
+    # taint-never-published, taint-wrong-effect: no gpu-lost NoSchedule taint appears, so there is nothing to heal.
+    # NVIDIA's driver fails it (it lifts no taint until it restarts): SHOULD.
+    Check("health.heal", SHOULD,
+          "Once a lost GPU (tainted gpu-lost NoSchedule) is back its gpu-lost taint is lifted within 15 s and a new claim for it is allocated.",
+          (KEP_5055,), (KWOK,), ("gpu",), ("taint-never-removed", "taint-never-published", "taint-wrong-effect"), ("node-nvml",)),
+    Check("health.ignored-xid", MUST,
+          "An application Xid (13), which NVIDIA's driver ignores, never taints its device NoSchedule.",
+          (NVIDIA_HEALTH,), (KWOK,), ("gpu",), ("ignored-xids-wrong",), ("node-nvml",)),
     # --------------------------------------------------------------------- the hardware after prepare (KWOK: NVML is local)
     # Last of the KWOK checks: it has our driver's plugin join the stand-in kubelet on a dynamic-MIG node, which the
     # scheduling checks before it use without any prepare. unprepare-leaks: the probe's instances outlive their claims.

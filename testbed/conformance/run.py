@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from testbed.conformance import (generated, name_checks, node_checks, nvml_state_checks, sched_checks, share_checks, slice_checks,
-                                  strategy_checks)
+                                  strategy_checks, health_checks)
 from testbed.conformance.checks import Check
 from testbed.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, CheckFailed, Evidence, NotRun, Outcome
 from testbed.conformance.subject import Subject
@@ -41,6 +41,10 @@ PROBES: dict[str, Probe] = {
     "sched.match-attribute": sched_checks.match_attribute,
     "sched.partitions": sched_checks.partitions,
     "sched.generated": generated.generated,
+    "health.fatal-xid-taints": health_checks.fatal_xid,
+    "health.lost-gpu": health_checks.lost_gpu,
+    "health.heal": health_checks.heal,
+    "health.ignored-xid": health_checks.ignored_xid,
     "node.nvml-state": nvml_state_checks.nvml_state,
     "slices.nvml-agree": node_checks.nvml_agrees,
     "node.prepare-unprepare": node_checks.prepare_unprepare,

@@ -10,8 +10,10 @@ its time to schedule runs from its creation to the watch seeing it bound.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,7 +28,9 @@ from testbed.clusters.kwok import KwokCluster
 from testbed.clusters.layout import Layout, Mode
 from testbed.density.mapping import claim_body, fleet_profiles, pod_body
 from testbed.density.metrics import PodRecord, Sample, sample
-from testbed.density.trace import Event, Trace
+from testbed.density.placement import cpu_per_gpu, cpu_request, scheduler_config
+from testbed.density.sharing import memory_sizes, shared_claim_body
+from testbed.density.trace import Event, Trace, TracePod
 from testbed.kube.namespaces import create_namespace
 from testbed.outcomes.settle import Following
 
@@ -45,11 +49,11 @@ class ModeRun:
     unsettled: int = 0  # arrivals without a verdict within SETTLE_SECONDS
 
 
-def runs(events: list[Event]) -> list[list[Event]]:
-    """Maximal runs of consecutive events of one kind."""
+def runs(events: list[Event], batched: bool = True) -> list[list[Event]]:
+    """Maximal runs of consecutive events of one kind; one event each unless `batched`."""
     grouped: list[list[Event]] = []
     for event in events:
-        if grouped and grouped[-1][0].kind == event.kind:
+        if batched and grouped and grouped[-1][0].kind == event.kind:
             grouped[-1].append(event)
         else:
             grouped.append([event])
@@ -74,20 +78,25 @@ def _profiles_by_device(api: client.ApiClient) -> dict[tuple[str, str], str]:
 
 
 class Replay:
-    """One mode on one cluster: `run(trace)` sends every event and samples after each."""
+    """One mode on one cluster: `run(trace)` sends every event and samples after each. `packing`: pods request
+    CPU standing for their GPU share, for the packing scheduler profile to score (testbed.density.placement)."""
 
-    def __init__(self, api: client.ApiClient, fleet: Layout, mode: str) -> None:
+    def __init__(self, api: client.ApiClient, fleet: Layout, mode: Mode | str, packing: bool = False) -> None:
         self.api = api
         self.core, self.resource = client.CoreV1Api(api), client.ResourceV1Api(api)
         self.identity = current_identity()
+        self.mode = mode if isinstance(mode, Mode) else None
         self.profiles = fleet_profiles(n.board for n in fleet.nodes)
+        self.sizes = memory_sizes(n.board for n in fleet.nodes)
+        self.cpu_per_gpu = cpu_per_gpu(max(n.count for n in fleet.nodes)) if packing else None
         self.memory_gib = {n.name: get_board(n.board).memory_mib / 1024 for n in fleet.nodes}
-        self.result = ModeRun(mode)
+        self.result = ModeRun(str(mode))
         self.following = Following(api, [NAMESPACE])
         self.created: dict[int, float] = {}
         self.records: dict[int, PodRecord] = {}
 
-    def run(self, trace: Trace, window: int) -> ModeRun:
+    def run(self, trace: Trace, window: int, batched: bool = True) -> ModeRun:
+        """`batched`: consecutive arrivals (or departures) go together; else each settles and is sampled alone."""
         create_namespace(self.core, NAMESPACE)
         self.device_profiles = _profiles_by_device(self.api)
         self.following.start()
@@ -95,7 +104,7 @@ class Replay:
         try:
             events = trace.events(window)
             done = 0
-            for run in runs(events):
+            for run in runs(events, batched):
                 (self._arrive if run[0].kind == "arrive" else self._depart)(run)
                 after = self._sample(done, run[-1].time)
                 # one sample per event (the run's state after it settled), so means weigh every event alike
@@ -116,12 +125,21 @@ class Replay:
         for event in run:
             pod, name = event.pod, f"p-{event.pod.index}"
             self.records[pod.index] = PodRecord(pod.index, pod.name, pod.gpu_milli, pod.num_gpu)
-            self.resource.create_namespaced_resource_claim(NAMESPACE, claim_body(pod, f"c-{pod.index}", self.profiles, self.identity))
-            self.core.create_namespaced_pod(NAMESPACE, pod_body(pod, name, f"c-{pod.index}"))
+            self.resource.create_namespaced_resource_claim(NAMESPACE, self._claim(pod, f"c-{pod.index}"))
+            body = pod_body(pod, name, f"c-{pod.index}")
+            if self.cpu_per_gpu:
+                body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu_request(pod, self.cpu_per_gpu)}
+            self.core.create_namespaced_pod(NAMESPACE, body)
             self.created[pod.index] = time.monotonic()
             names.append(name)
         if not self.following.wait(lambda: all(self._verdict(n) is not None for n in names), SETTLE_SECONDS):
             self.result.unsettled += sum(self._verdict(n) is None for n in names)
+
+    def _claim(self, pod: TracePod, name: str) -> dict:
+        """A sharing mode's claim asks capacity; every other mode's the MIG-or-whole fallback list."""
+        if self.mode is not None and self.mode.shares:
+            return shared_claim_body(pod, name, self.mode, self.sizes, self.identity)
+        return claim_body(pod, name, self.profiles, self.identity)
 
     def _pod(self, name: str) -> dict | None:
         return next((p for p in self.following.snapshot.pods.values() if p["metadata"]["name"] == name), None)
@@ -172,9 +190,13 @@ class Replay:
 
 
 def run_mode(trace: Trace, fleet: Layout, mode: Mode, k8s: str, window: int, cluster_name: str = "density",
-             driver: DriverSpec | None = None) -> ModeRun:
-    """Bring up the fleet in `mode`, replay the trace, tear the cluster down (also on failure)."""
-    spec = ClusterSpec(name=cluster_name, k8s=k8s, layout=fleet_in_mode(fleet, mode), driver=driver or DriverSpec())
-    with bed_session(spec, KwokCluster(cluster_name)) as bed:
-        with progress.step(f"replaying {len(trace.pods)} GPU pods in mode {mode}"):
-            return Replay(bed.api, fleet, str(mode)).run(trace, window)
+             driver: DriverSpec | None = None, scheduler_profile: str = "default", batched: bool = True) -> ModeRun:
+    """Bring up the fleet in `mode` under `scheduler_profile`, replay the trace, tear the cluster down (also on failure)."""
+    # kwokctl copies the scheduler's configuration into its own directory when it creates the cluster
+    with tempfile.TemporaryDirectory(prefix="density-scheduler-") as scratch:
+        config = scheduler_config(scheduler_profile, Path(scratch))
+        spec = ClusterSpec(name=cluster_name, k8s=k8s, layout=fleet_in_mode(fleet, mode), driver=driver or DriverSpec(),
+                           scheduler_config=str(config) if config else None)
+        with bed_session(spec, KwokCluster(cluster_name)) as bed:
+            with progress.step(f"replaying {len(trace.pods)} GPU pods in mode {mode} ({scheduler_profile} scheduler)"):
+                return Replay(bed.api, fleet, mode, packing=config is not None).run(trace, window, batched)

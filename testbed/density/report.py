@@ -29,19 +29,21 @@ PLOTS = (
 )
 
 
-def document(trace: Trace, fleet_name: str, gpus: int, k8s: str, window: int, runs: Sequence[ModeRun]) -> dict:
+def document(trace: Trace, fleet_name: str, gpus: int, k8s: str, window: int, runs: Sequence[ModeRun],
+             scheduler_profile: str = "default") -> dict:
     """Everything the report shows, as density.json holds it."""
     return {
         "trace": str(trace.path), "gpu_pods": len(trace.pods), "cpu_only_pods_left_out": trace.cpu_only,
         "pods_with_gpu_spec": trace.with_gpu_spec, "timestamps": trace.timed, "window": None if trace.timed else window,
-        "fleet": fleet_name, "fleet_gpus": gpus, "kubernetes": k8s,
+        "fleet": fleet_name, "fleet_gpus": gpus, "kubernetes": k8s, "scheduler_profile": scheduler_profile,
         "modes": {r.mode: {"summary": summary(r.samples, r.pods), "wall_seconds": r.wall_seconds, "unsettled": r.unsettled,
                            "samples": as_dicts(r.samples), "pods": as_dicts(r.pods)} for r in runs},
     }
 
 
 def print_table(doc: dict, console: Console | None = None) -> None:
-    table = Table(title=f"{Path(doc['trace']).name}: {doc['gpu_pods']} GPU pods on {doc['fleet']} ({doc['fleet_gpus']} GPUs)")
+    table = Table(title=f"{Path(doc['trace']).name}: {doc['gpu_pods']} GPU pods on {doc['fleet']} ({doc['fleet_gpus']} GPUs), "
+                        f"Kubernetes {doc['kubernetes']}, {doc.get('scheduler_profile', 'default')} scheduler profile")
     table.add_column("mode")
     for _, title in COLUMNS:
         table.add_column(title, justify="right")

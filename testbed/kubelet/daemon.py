@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from hostenv.processes import terminate
 from testbed.kubelet import PREPARED_ANNOTATION
+from testbed.kubelet.plugin_host import Hosts, HostedStarter
 from testbed.kubelet.process import OnDemand
 from testbed.kubelet.standin import PrepareError, StandInKubelet, holds_claims
 
@@ -54,6 +55,13 @@ class _Starter:
             self.since = time.monotonic()
         return time.monotonic() - self.since < START_GRACE
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exited(self) -> bool:
+        """It was started and has exited since (killed): to be started again."""
+        return self.proc is not None and self.proc.poll() is not None
+
     def stop(self) -> None:
         if self.proc is not None:
             terminate(self.proc.pid)
@@ -76,12 +84,13 @@ class KubeletDaemon:
     stop: threading.Event = field(default_factory=threading.Event)
     pods: dict[str, _PodState] = field(default_factory=dict)  # namespace/name -> state
     registered: set[str] = field(default_factory=set)
-    starters: dict[str, _Starter] = field(default_factory=dict)  # node -> its on-demand plugin
+    starters: dict[str, _Starter | HostedStarter] = field(default_factory=dict)  # node -> its on-demand plugin
     sockets: dict[str, int] = field(default_factory=dict)  # node -> inode of the registration socket registered
     plugins_dir: Path | None = None  # <node>.json: the on-demand nodes, read every round
     driver: str = ""
     minor: str = "1.34"
     versions: dict[str, tuple] = field(default_factory=dict)  # node -> (inode, mtime) of the file its starter came from
+    hosts: Hosts | None = None  # the plugin hosts of nodes whose OnDemand names one
 
     def _discover(self) -> None:
         """Follow the plugins directory: nodes joined, left or changed since the last round."""
@@ -104,7 +113,7 @@ class KubeletDaemon:
             except (OSError, ValueError, KeyError):
                 continue  # replaced meanwhile: read next round
             old = self.starters.get(node)
-            running = old is not None and old.proc is not None and old.proc.poll() is None
+            running = old is not None and old.running()
             if old is not None:  # rewritten (a driver update, a mode switch): the new plugin replaces the old
                 old.stop()
                 self.registered.discard(node)
@@ -112,10 +121,18 @@ class KubeletDaemon:
             if node not in self.kubelets or str(self.kubelets[node].registry_dir) != how.registry:
                 self.kubelets[node] = StandInKubelet(node, self.driver, Path(how.registry), self.minor)
             # the node's kubelet keeps what it prepared: the new plugin is asked to unprepare it
-            self.starters[node] = _Starter(how, path.with_suffix(".pid"))
+            self.starters[node] = self._starter(node, how, path, version)
             self.versions[node] = version
             if running:  # as a DaemonSet's new pod replaces the old one at once
                 self.starters[node].starting()
+
+    def _starter(self, node: str, how: OnDemand, path: Path, version: tuple) -> _Starter | HostedStarter:
+        """A process of the node's own, or its place in a plugin host (testbed.kubelet.plugin_host)."""
+        if not how.host:
+            return _Starter(how, path.with_suffix(".pid"))
+        if self.hosts is None:
+            self.hosts = Hosts(path.parent)
+        return HostedStarter(node, how, self.hosts, f"{version[0]}:{version[1]}", START_GRACE)
 
     def _forget(self, node: str) -> None:
         """`node` left: stop its on-demand plugin and drop the node."""
@@ -131,7 +148,7 @@ class KubeletDaemon:
 
     def _register(self) -> None:
         for node, starter in self.starters.items():
-            if starter.proc is not None and starter.proc.poll() is not None:
+            if starter.exited():
                 # its on-demand plugin exited (killed): this process is its supervisor, so start it again now
                 self.registered.discard(node)
                 self.kubelets[node].close()
@@ -231,6 +248,8 @@ class KubeletDaemon:
         try:
             self._run()
         finally:
+            if self.hosts is not None:  # first: a host stops all its nodes at once, a node's stop waits for its host
+                self.hosts.stop_all()
             for starter in self.starters.values():
                 starter.stop()
 

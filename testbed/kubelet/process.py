@@ -21,6 +21,7 @@ from hostenv.processes import alive, interrupts_held, terminate
 
 KUBELET_PID, KUBELET_LOG = "standin-kubelet.pid", "standin-kubelet.log"
 ON_DEMAND_DIR = "standin-plugins"  # <home>/standin-plugins/<node>.json (how to start it) and <node>.pid
+HOSTS_DIR = "hosts"  # <home>/standin-plugins/hosts/<host>.pid and <host>/: plugin hosts (testbed.kubelet.plugin_host)
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -32,6 +33,7 @@ class OnDemand:
     log: str
     env: dict[str, str] = field(default_factory=dict)
     registry: str = ""  # the plugin's registration directory (the kubelet's plugins_registry of that node)
+    host: str = ""  # the plugin host serving this node (testbed.kubelet.plugin_host); "": a process of its own
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,7 +42,8 @@ class OnDemand:
     @classmethod
     def read(cls, path: Path) -> OnDemand:
         data = json.loads(path.read_text())
-        return cls(list(data["argv"]), data["log"], dict(data.get("env") or {}), str(data.get("registry") or ""))
+        return cls(list(data["argv"]), data["log"], dict(data.get("env") or {}), str(data.get("registry") or ""),
+                   str(data.get("host") or ""))
 
     def start(self, pid_file: Path) -> subprocess.Popen:
         """Start it in a session of its own (the stand-in stops it; `down` stops it if the stand-in died)."""
@@ -106,7 +109,8 @@ def start(home: Path, kubeconfig: Path, driver: str, nodes: dict[str, Path],
 def stop(home: Path) -> None:
     """Stop the stand-in kubelet of `home` and any plugin it started; safe when none runs."""
     home = Path(home)
-    pid_files = [home / KUBELET_PID, *sorted((home / ON_DEMAND_DIR).glob("*.pid"))]
+    pid_files = [home / KUBELET_PID, *sorted((home / ON_DEMAND_DIR).glob("*.pid")),
+                 *sorted((home / ON_DEMAND_DIR / HOSTS_DIR).glob("*.pid"))]
     for pid_file in pid_files:  # the kubelet first: it would otherwise restart a plugin stopped under it
         try:
             terminate(int(pid_file.read_text().strip()))

@@ -57,7 +57,7 @@ def explain_claim(namespace: str, name: str, snapshot: Snapshot, fleet: Fleet, a
     users = _users(snapshot, namespace, name)
     if claim is None:
         return ClaimOutcome(namespace, name, "unallocated", pods=users, reasons=["deleted before scheduling settled"])
-    got = [allocation(claim, r, fleet) for r in results(claim)]
+    got = [allocation(claim, r, fleet, all_claims) for r in results(claim)]
     if got:
         return ClaimOutcome(namespace, name, "allocated", got, users)
     outcome = ClaimOutcome(namespace, name, "unallocated", pods=users)

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from testbed.outcomes.fleet import CelSelector, Fleet
 from testbed.outcomes.settle import Snapshot, claim_names
+from testbed.outcomes.shares import share_of, share_text
 from testbed.workloads.devices import Device, DeviceId, Version
 from testbed.workloads.model import ClaimSpec, SubRequest
 from testbed.workloads.observe import allocation_result
@@ -39,6 +40,7 @@ class Allocation:
     product: str | None = None
     profile: str | None = None
     memory: str | None = None
+    share: str | None = None  # a share of a shared device: what it took, who else holds it, what is left
 
 
 @dataclass
@@ -121,7 +123,7 @@ def _outcome(pod: Mapping, snapshot: Snapshot, fleet: Fleet, all_claims: Sequenc
                   if k in snapshot.allocated or k in snapshot.claims]
         outcome.node = pod["spec"]["nodeName"]
         outcome.board = fleet.boards.get(outcome.node)
-        outcome.allocations = [allocation(claim, result, fleet) for claim in claims for result in results(claim)]
+        outcome.allocations = [allocation(claim, result, fleet, all_claims) for claim in claims for result in results(claim)]
         return outcome
     failure = snapshot.latest_failure(pod)
     outcome.scheduler = " ".join(failure["message"].split()) if failure else None
@@ -135,12 +137,15 @@ def _outcome(pod: Mapping, snapshot: Snapshot, fleet: Fleet, all_claims: Sequenc
     return outcome
 
 
-def allocation(claim: Mapping, result: Mapping, fleet: Fleet) -> Allocation:
+def allocation(claim: Mapping, result: Mapping, fleet: Fleet, all_claims: Sequence[Mapping] = ()) -> Allocation:
+    """One allocated device; `all_claims` (the cluster's) tell a share who else holds its device."""
     device = fleet.inventory.devices.get(DeviceId(result["driver"], result["pool"], result["device"]))
     node = device.node if device and device.node else result["pool"]
     memory = device.capacity_of("memory") if device else None
+    share = share_of(result, device, all_claims or [claim])
     return Allocation(claim["metadata"]["name"], result["request"], result["device"], node, fleet.boards.get(node, "?"),
-                      _string(device, "productName"), _string(device, "profile"), _gib(memory) if memory is not None else None)
+                      _string(device, "productName"), _string(device, "profile"), _gib(memory) if memory is not None else None,
+                      share_text(share) if share else None)
 
 
 def _string(device: Device | None, name: str) -> str | None:

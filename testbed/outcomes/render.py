@@ -36,7 +36,7 @@ def labels(result: RunResult, run_namespaces: Sequence[str] = (), stable: bool =
 
 
 def device_text(allocation: Allocation) -> str:
-    facts = ", ".join(x for x in (allocation.profile or allocation.product, allocation.memory) if x)
+    facts = ", ".join(x for x in (allocation.profile or allocation.product, allocation.memory, allocation.share) if x)
     return f"{allocation.device} ({facts})" if facts else allocation.device
 
 

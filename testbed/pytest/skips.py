@@ -19,8 +19,17 @@ import yaml
 
 DEFAULT_ALLOWLIST = Path("suites") / "skips.yaml"
 # `when` names -> whether it holds on this machine, asked when a skip is matched
+def _ai_conformance_unreachable() -> bool:
+    from testbed.aiconformance.source import source_unreachable
+
+    return source_unreachable()
+
+
 CONDITIONS: dict[str, Callable[[], bool]] = {
     "not root": lambda: os.geteuid() != 0,
+    # kubernetes-sigs/ai-conformance is not on the Go module proxy: built from git (GitHub or a clone named by
+    # $DRA_TESTBED_AI_CONFORMANCE_REPO), which a machine reaching package registries only cannot fetch
+    "ai-conformance source unreachable": _ai_conformance_unreachable,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -166,6 +167,14 @@ def _fill(project: Project, release: Release, version: str, staging: Path, allow
     return "build"
 
 
+@functools.cache
+def _announce_prerelease(release: Release) -> None:
+    """Every command that takes --k8s resolves its toolchain here: say, once per process, that the minor is
+    a pre-release, so nobody reads its results as a released Kubernetes'."""
+    progress.note(f"[yellow]Kubernetes {release.minor} is ahead of its release: {release.kubernetes} "
+                  "(the next lane: reported, not gating)[/yellow]")
+
+
 def ensure(
     minor: str,
     binaries: Iterable[str] | None = None,
@@ -178,6 +187,8 @@ def ensure(
 ) -> Toolchain:
     """Resolve `binaries` (default: all) for Kubernetes `minor`, fetching or building what is missing."""
     release = release_for(minor)
+    if release.prerelease:
+        _announce_prerelease(release)
     wanted = list(binaries) if binaries is not None else [b for p in PROJECTS.values() for b in p.binaries]
     chosen = {**env_overrides(), **(overrides or {})}
     toolchain = Toolchain(release)

@@ -77,6 +77,7 @@ class Usage:
     in_use: dict[DeviceId, str] = field(default_factory=dict)  # device -> claim holding it
     consumed: dict[CounterSetId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
     shared: dict[DeviceId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
+    shared_devices: set[DeviceId] = field(default_factory=set)  # devices with at least one share allocated
 
     @classmethod
     def of(cls, inventory: Inventory, allocations: Iterable[tuple[str, Sequence[Result]]]) -> Usage:
@@ -85,14 +86,18 @@ class Usage:
             for result in results:
                 if result.admin:
                     continue  # the scheduler does not count admin-access results as allocated
+                device = inventory.devices.get(result.device)
                 if result.share_id is not None:
-                    # a share: the device stays free for other shares. Counters of shared devices are not
-                    # modelled (the search refuses to decide on such devices, see _Search.candidates)
+                    # a share: the device stays free for other shares; its counters are consumed once, by its
+                    # first share, and held while any share is allocated (1.36's allocator; see upstream.py
+                    # SHARED_COUNTERS_HELD_FIXED for the minors that forget them)
                     for name, amount in result.consumed:
                         usage.shared[result.device][name] += amount
-                    continue
-                usage.in_use[result.device] = owner
-                device = inventory.devices.get(result.device)
+                    if result.device in usage.shared_devices:
+                        continue
+                    usage.shared_devices.add(result.device)
+                else:
+                    usage.in_use[result.device] = owner
                 for counter_set, counters in device.consumes if device else ():
                     for name, amount in counters:
                         usage.consumed[counter_set][name] += amount
@@ -114,6 +119,7 @@ class _State:
     tentative: dict[DeviceId, set[int]] = field(default_factory=lambda: defaultdict(set))
     # capacity taken by shares tentatively allocated in this search, per device
     sharing: dict[DeviceId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
+    shares: dict[DeviceId, int] = field(default_factory=lambda: defaultdict(int))  # shares tentatively allocated, per device
     counters: dict[CounterSetId, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Decimal)))
     # per claim, per constraint: [value, number of devices]
     constraint_state: list[list[list]] = field(default_factory=list)
@@ -146,11 +152,7 @@ class _Search:
         device_class = self.classes.get(alternative.device_class)
         if device_class is None:
             return []  # an unknown class: the scheduler cannot allocate it anywhere
-        found = [d for d in self.devices if device_class.matches(d) and all(s.matches(d) for s in alternative.selectors)]
-        if any(d.allow_multiple and d.consumes for d in found):
-            # how the allocator counts the counters of a shared partitionable device is not modelled: no answer
-            raise ModelTooLarge("a shared device that consumes counters")
-        return found
+        return [d for d in self.devices if device_class.matches(d) and all(s.matches(d) for s in alternative.selectors)]
 
     def _asked(self, device: Device, alternative: SubRequest) -> dict[str, Decimal]:
         return {(name if "/" in name else f"{device.driver}/{name}"): Decimal(parse_quantity(amount))
@@ -176,8 +178,14 @@ class _Search:
             return claim not in self.state.tentative.get(device.id, ())
         return device.id not in self.state.usage.in_use and not self.state.tentative.get(device.id)
 
+    def _shared_already(self, device: Device) -> bool:
+        """Whether a share of `device` is allocated or tentatively taken: its counters are consumed already."""
+        return device.allow_multiple and (device.id in self.state.usage.shared_devices or self.state.shares[device.id] > 0)
+
     def _counters_fit(self, device: Device) -> bool:
         state = self.state
+        if self._shared_already(device):
+            return True  # the allocator skips the counter check of a device whose capacity is in use
         for counter_set, counters in device.consumes:
             capacity = state.inventory.counters.get(counter_set)
             if capacity is None:
@@ -205,13 +213,15 @@ class _Search:
         if self.state.budget < 0:
             raise ModelTooLarge("search budget exhausted")
         share_id, share = None, ()
+        first = not self._shared_already(device)  # a share after the first consumes no counters
         if device.allow_multiple:
             for name, amount in consumed.items():
                 self.state.sharing[device.id][name] += amount
+            self.state.shares[device.id] += 1
             share_id, share = "model", tuple(sorted(consumed.items()))
         else:
             self.state.tentative[device.id].add(claim)
-        for counter_set, counters in device.consumes:
+        for counter_set, counters in device.consumes if first else ():
             for name, amount in counters:
                 self.state.counters[counter_set][name] += amount
         for constraint, slot in zip(self.claims[claim].constraints, self.state.constraint_state[claim]):
@@ -224,8 +234,10 @@ class _Search:
         alternative = request.alternatives[index]
         for name, amount in self.picked[claim][-1].consumed:
             self.state.sharing[device.id][name] -= amount
+        if device.allow_multiple:
+            self.state.shares[device.id] -= 1
         self.state.tentative[device.id].discard(claim)
-        for counter_set, counters in device.consumes:
+        for counter_set, counters in () if self._shared_already(device) else device.consumes:
             for name, amount in counters:
                 self.state.counters[counter_set][name] -= amount
         for constraint, slot in zip(self.claims[claim].constraints, self.state.constraint_state[claim]):

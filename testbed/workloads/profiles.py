@@ -49,3 +49,8 @@ SHARED_LAYOUT = Layout((
     NodeSpec("share-h100", "h100-80gb", 2, Mode("whole", shares="4")),
     NodeSpec("mem-h200", "h200-141gb", 1, Mode("whole", shares="memory")),
 ), name="properties-shared")
+# Dynamic MIG with 4 shares per device: the full GPU and its MIG devices all shareable (a claim asking nothing takes
+# one share and no memory, so claims crowd a device), consuming one counter set per GPU
+SHARED_MIG_LAYOUT = Layout((
+    NodeSpec("share-dyn-h100", "h100-80gb", 2, Mode("dynamic-mig", shares="4")),
+), name="properties-shared-mig")

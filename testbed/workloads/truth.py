@@ -84,7 +84,8 @@ def physical_violations(inventory: Inventory, allocations: Sequence[tuple[str, S
     for (driver, pool, minor), held in per_gpu.items():
         where = f"{driver}/{pool} GPU {minor}"
         whole = [o for o, d in held if not parse_device_name(d.id.device).is_mig]
-        parts = [(o, d) for o, d in held if parse_device_name(d.id.device).is_mig]
+        # a shared MIG device is one partition, however many claims hold shares of it
+        parts = list({d.id: (o, d) for o, d in held if parse_device_name(d.id.device).is_mig}.values())
         if whole and parts:
             problems.append(Violation("soundness", f"{where}: the full GPU and MIG partitions are allocated together",
                                       "full GPU alone", sorted(str(d.id) for _, d in held), double=True))

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Mapping
 
 from fake_gpus.driver.faults import UnknownFaultError, active_faults
 from fake_gpus.driver.identity import current_identity
@@ -17,8 +18,10 @@ from fake_gpus.node import SHARES, SHARES_LABEL, ModeError, parse_shares
 from hostenv.versions import DEFAULT_MINOR
 
 
-def parse_args(argv: list[str] | None) -> PluginConfig:
-    driver = current_identity().driver
+def parse_args(argv: list[str] | None, environ: Mapping[str, str] | None = None) -> PluginConfig:
+    """The plugin's configuration from its command line and environment (`environ`: a hosted node's own,
+    else this process's): the driver name and fault switches come from the environment."""
+    driver = current_identity(environ).driver
     p = argparse.ArgumentParser(prog="python -m fake_gpus.driver.kubeletplugin", description="DRA kubelet plugin for (fake) NVIDIA GPUs")
     p.add_argument("--node-name", required=True, help="this node's name")
     p.add_argument("--state-dir", type=Path, help="fake NVML state directory of this node (omit on a real node)")
@@ -42,7 +45,7 @@ def parse_args(argv: list[str] | None) -> PluginConfig:
                    help="namespace of MPS control daemons' Deployments (default: $POD_NAMESPACE, else default)")
     a = p.parse_args(argv)
     try:
-        faults = active_faults()
+        faults = active_faults(environ)
     except UnknownFaultError as exc:
         p.error(str(exc))
     return PluginConfig(node_name=a.node_name, driver=driver, plugin_dir=a.plugin_dir, registry_dir=a.registry_dir, cdi_dir=a.cdi_dir,

@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 CALL_LOG_ENV = "FAKE_GPUS_PLUGIN_CALL_LOG"
 SELF_CHECK = ("dra-testbed-self-check", "1")  # gRPC metadata of the plugin's own readiness calls
@@ -40,9 +41,10 @@ class CallLog:
         self.node = node
 
     @classmethod
-    def from_env(cls, plugin_dir: Path, node: str) -> CallLog | None:
-        """The log $CALL_LOG_ENV asks for (relative: inside `plugin_dir`), or None when it is unset."""
-        where = os.environ.get(CALL_LOG_ENV, "")
+    def from_env(cls, plugin_dir: Path, node: str, environ: Mapping[str, str] | None = None) -> CallLog | None:
+        """The log $CALL_LOG_ENV (of `environ`, else this process's) asks for (relative: inside `plugin_dir`),
+        or None when it is unset."""
+        where = (os.environ if environ is None else environ).get(CALL_LOG_ENV, "")
         if not where:
             return None
         path = plugin_dir / where

@@ -7,9 +7,10 @@ the checkpoint must describe exactly what exists whenever the process dies.
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import pynvml
 
@@ -70,9 +71,13 @@ class Driver:
     """The plugin's state machine over NVML, the CDI directory and the checkpoint."""
 
     def __init__(self, settings: DriverSettings, nvml: Nvml, checkpoint: Checkpoint,
-                 read_claim: Callable[[str, str], dict]) -> None:
+                 read_claim: Callable[[str, str], dict],
+                 session: Callable[[], ContextManager[object]] = nullcontext) -> None:
         self.settings = settings
         self.nvml = nvml
+        # NVML open on this node for one call: a plugin of its own process holds one session for its life
+        # (nothing to open), a node of a plugin host opens one per call (pynvml is process-global)
+        self.session = session
         self.checkpoint = checkpoint
         self.read_claim = read_claim
         self.lock = threading.Lock()
@@ -86,7 +91,7 @@ class Driver:
         if "prepare-fails" in self.settings.faults:
             return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: injected fault prepare-fails")
         try:
-            with self.lock:
+            with self.lock, self.session():
                 return PrepareResult(devices=self._prepare(ref))
         except (ClaimError, DeviceError, ValueError, StrategyError, pynvml.NVMLError) as exc:
             return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {exc}")
@@ -239,7 +244,7 @@ class Driver:
 
     def _unprepare_guarded(self, ref: ClaimRef) -> str:
         try:
-            with self.lock:
+            with self.lock, self.session():
                 self._unprepare(ref.uid)
             return ""
         except (DeviceError, StrategyError, pynvml.NVMLError, OSError) as exc:
@@ -384,7 +389,7 @@ class Driver:
 
     def device_names(self) -> list[str]:
         """Every device of this node, as the health service reports them."""
-        with self.lock:
+        with self.lock, self.session():
             return [name for minor in self.nvml.minors() for name in self.nvml.device_names(minor, self.settings.mig_mode == MIG_DYNAMIC)]
 
 

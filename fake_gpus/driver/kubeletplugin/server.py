@@ -6,8 +6,10 @@ import sys
 import threading
 import time
 from concurrent import futures
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ContextManager, Mapping
 
 import grpc
 
@@ -145,7 +147,7 @@ class HealthService:
 class KubeletPlugin:
     """Owns NVML, the checkpoint and both gRPC servers; start() serves, stop() cleans up."""
 
-    def __init__(self, config: PluginConfig) -> None:
+    def __init__(self, config: PluginConfig, environ: Mapping[str, str] | None = None) -> None:
         self.config = config
         self.pool_name = config.pool_name or config.node_name
         self.protos: KubeletProtos = load(config.k8s)
@@ -154,20 +156,19 @@ class KubeletPlugin:
         self._servers: list[grpc.Server] = []
         self._ready: ReadyServer | None = None
         self._nvml: Nvml | None = None
-        self.calls: CallLog | None = CallLog.from_env(config.plugin_dir, config.node_name)
+        self.calls: CallLog | None = CallLog.from_env(config.plugin_dir, config.node_name, environ)
         self.driver: Driver
 
     def start(self) -> None:
         cfg = self.config
-        load_library(cfg.nvml_lib_dir, cfg.state_dir)
-        self._nvml = Nvml.open()
+        self._nvml = self._open_nvml()
         lib = cfg.host_lib_dir or (library_dir() if cfg.state_dir else None)  # a real node's containers get the library elsewhere
         host_state = cfg.host_state_dir or (cfg.state_dir.resolve() if cfg.state_dir else None)
         mounts = cdi.FakeNvmlMounts(lib, host_state)
         driver_root = None
         if cfg.state_dir is not None and host_state is not None:  # the fake node's driver root (a real node's is elsewhere)
             driver_root = cdi.DriverRootMounts.find(cfg.state_dir / DRIVER_ROOT_DIR, host_state / DRIVER_ROOT_DIR)
-        api = api_client(cfg.kubeconfig)
+        api = self._api()
         mode = node_mode(api, cfg.node_name)
         shares = cfg.shares if cfg.shares_set else (mode.shares if mode else None)
         smi = cfg.state_dir / DRIVER_ROOT_DIR / SMI if cfg.state_dir is not None else None
@@ -179,7 +180,7 @@ class KubeletPlugin:
         checkpoint = Checkpoint(cfg.plugin_dir / CHECKPOINT)
         if "checkpoint-lost" not in cfg.faults:  # the fault: start as if nothing had been prepared here
             checkpoint.load()
-        self.driver = Driver(settings, self._nvml, checkpoint, lambda ns, n: read_claim(api, ns, n))
+        self.driver = Driver(settings, self._nvml, checkpoint, lambda ns, n: read_claim(api, ns, n), self._nvml_session)
         for d in (cfg.plugin_dir, cfg.registry_dir, cfg.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         dra = self._server()
@@ -196,6 +197,20 @@ class KubeletPlugin:
             self._ready = ReadyServer(cfg.ready_port, self.not_ready).start()
         log(f"serving {cfg.driver} for node {cfg.node_name}: {cfg.dra_socket}, {cfg.registration_socket}"
             + (f"; consumable shares: {shares}" if shares else "") + (f"; faults: {', '.join(sorted(cfg.faults))}" if cfg.faults else ""))
+
+    def _open_nvml(self) -> Nvml:
+        """NVML on this node, held open for the plugin's life: the process is this node's alone (a plugin
+        host, fake_gpus.driver.kubeletplugin.multinode, opens a session per call instead)."""
+        load_library(self.config.nvml_lib_dir, self.config.state_dir)
+        return Nvml.open()
+
+    def _nvml_session(self) -> ContextManager[object]:
+        """What the driver enters around each call to have NVML on this node: nothing, as _open_nvml holds it."""
+        return nullcontext()
+
+    def _api(self):
+        """The API client this node's plugin reads claims and its Node with."""
+        return api_client(self.config.kubeconfig)
 
     def not_ready(self) -> str | None:
         """Why the kubelet cannot use this plugin now (None: it can): not registered by the kubelet, a

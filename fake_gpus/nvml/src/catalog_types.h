@@ -46,4 +46,11 @@ typedef struct {
     const fk_gi_profile *gi;
 } fk_board;
 
+/* NVML's recovery action (nvmlDeviceGpuRecoveryAction_t) pending on a GPU after an Xid, from
+ * fake_gpus/catalog/xids.py; an Xid the table lacks takes fk_xid_recovery_unlisted. */
+typedef struct {
+    unsigned xid;
+    unsigned action;
+} fk_xid_recovery;
+
 #endif

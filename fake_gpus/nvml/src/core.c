@@ -10,6 +10,7 @@
  *         "ci <gpu> <gi-id> <ci-id> <profile-id> <start> <size> <MIG-uuid>"
  *   settings  "fake-nvml-settings 1" then "compute-mode <gpu> <mode>", "timeslice <gpu> <value>" (settings.c;
  *         absent means every GPU at its defaults)
+ *   events  append-only log of injected faults (Xid, ECC, lost, heal), read by health.c
  *   lock  flock()ed shared for reads, exclusive for read-modify-write; mig is replaced by rename.
  *   proc/driver/nvidia/capabilities/...  the instances' nvidia-caps files, rewritten with mig (caps.c).
  *
@@ -587,6 +588,7 @@ static nvmlReturn_t fk_open_session(void) {
         fk_state_unlock();
     }
     if (rc == NVML_SUCCESS) {
+        fk_health_open();
         if (fk_device_nodes_present()) {
             fk_apply_device_nodes();
         } else {

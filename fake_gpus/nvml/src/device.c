@@ -25,6 +25,7 @@ static nvmlReturn_t fk_resolve(nvmlDevice_t device, fk_resolved *r) {
     memset(r, 0, sizeof *r);
     r->h = fk_dev(device);
     if (!r->h) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fk_gpu_lost(r->h->gpu)) return NVML_ERROR_GPU_IS_LOST; /* a MIG device of a lost GPU too */
     r->gpu = &fk_gpus[r->h->gpu];
     if (!r->h->is_mig) return NVML_SUCCESS;
     r->is_mig = 1;
@@ -58,6 +59,7 @@ static nvmlReturn_t fk_by_index(unsigned int index, nvmlDevice_t *device) {
     nvmlReturn_t rc = fk_enter();
     if (rc) return rc;
     if (!device || index >= fk_n_views) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fk_gpu_lost(fk_views[index].gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST); /* as nvml.h documents */
     *device = fk_gpu_handle(index);
     return fk_leave(NVML_SUCCESS);
 }
@@ -65,18 +67,22 @@ static nvmlReturn_t fk_by_index(unsigned int index, nvmlDevice_t *device) {
 FK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) { return fk_by_index(index, device); }
 FK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) { return fk_by_index(index, device); }
 
-/* A GPU UUID finds a visible GPU; a MIG UUID finds a visible MIG device. */
+/* A GPU UUID finds a visible GPU; a MIG UUID finds a visible MIG device. A lost GPU's UUID answers
+ * GPU_IS_LOST, and so does a UUID found nowhere while some GPU is lost (nvml.h: "if any GPU has fallen
+ * off the bus"; the search would have had to ask it); healthy GPUs stay reachable so that a monitor keeps
+ * watching them. */
 FK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     nvmlReturn_t rc = fk_enter();
     if (rc) return rc;
     if (!uuid || !device) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
     for (unsigned v = 0; v < fk_n_views; v++) {
         if (strcasecmp(fk_gpus[fk_views[v].gpu].uuid, uuid) == 0) {
+            if (fk_gpu_lost(fk_views[v].gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST);
             *device = fk_gpu_handle(v);
             return fk_leave(NVML_SUCCESS);
         }
     }
-    if (strncasecmp(uuid, "MIG-", 4) != 0) return fk_leave(NVML_ERROR_NOT_FOUND);
+    if (strncasecmp(uuid, "MIG-", 4) != 0) return fk_leave(fk_any_gpu_lost() ? NVML_ERROR_GPU_IS_LOST : NVML_ERROR_NOT_FOUND);
     rc = fk_state_load(0);
     if (rc) return fk_leave(rc);
     rc = NVML_ERROR_NOT_FOUND;
@@ -85,11 +91,12 @@ FK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t 
         for (unsigned i = 0; i < m->n_ci && rc; i++) {
             if (strcasecmp(m->ci[i].uuid, uuid) == 0 && fk_view_shows(v, m->ci[i].gi, m->ci[i].id)) {
                 *device = fk_mig_handle(fk_views[v].gpu, m->ci[i].gi, m->ci[i].id);
-                rc = NVML_SUCCESS;
+                rc = fk_gpu_lost(fk_views[v].gpu) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
             }
         }
     }
     fk_state_unlock();
+    if (rc == NVML_ERROR_NOT_FOUND && fk_any_gpu_lost()) rc = NVML_ERROR_GPU_IS_LOST;
     return fk_leave(rc);
 }
 

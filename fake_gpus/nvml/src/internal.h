@@ -94,6 +94,12 @@ const fk_gi_profile *fk_gi_profile_by_id(const fk_board *b, unsigned id);
 const fk_ci_profile *fk_ci_profile_by_id(const fk_gi_profile *p, unsigned id);
 int fk_view_shows(unsigned view, unsigned gi, unsigned ci);
 
+/* GPU health folded from <state>/events (health.c): lost GPUs answer NVML_ERROR_GPU_IS_LOST. */
+void fk_health_open(void);
+int fk_gpu_lost(unsigned gpu);
+int fk_any_gpu_lost(void);
+unsigned fk_gpu_recovery_action(unsigned gpu); /* nvmlDeviceGpuRecoveryAction_t pending on the GPU */
+
 void fk_copy_str(char *dst, const char *src, unsigned length, nvmlReturn_t *rc);
 
 #endif

@@ -107,6 +107,7 @@ FK_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *c
     if (rc) return rc;
     int gpu = fk_whole_gpu(device, NULL);
     if (gpu < 0 || !currentMode || !pendingMode) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fk_gpu_lost((unsigned)gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST);
     if (fk_gpus[gpu].board->n_gi == 0) return fk_leave(NVML_ERROR_NOT_SUPPORTED);
     if ((rc = fk_state_load(0))) return fk_leave(rc);
     *currentMode = fk_mig[gpu].cur;
@@ -121,6 +122,7 @@ FK_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mo
     if (rc) return rc;
     int gpu = fk_whole_gpu(device, NULL);
     if (gpu < 0 || !activationStatus || mode > NVML_DEVICE_MIG_ENABLE) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fk_gpu_lost((unsigned)gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST);
     if (fk_gpus[gpu].board->n_gi == 0) return fk_leave(NVML_ERROR_NOT_SUPPORTED);
     if ((rc = fk_state_load(1))) return fk_leave(rc);
     fk_mig_gpu *m = &fk_mig[gpu];
@@ -146,6 +148,7 @@ typedef struct {
 static nvmlReturn_t fk_gip_lookup(nvmlDevice_t device, unsigned profile, int by_id, fk_gip_info *out) {
     int gpu = fk_whole_gpu(device, NULL);
     if (gpu < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fk_gpu_lost((unsigned)gpu)) return NVML_ERROR_GPU_IS_LOST;
     const fk_board *b = fk_gpus[gpu].board;
     if (b->n_gi == 0) return NVML_ERROR_NOT_SUPPORTED;
     const fk_gi_profile *p;
@@ -215,6 +218,7 @@ static nvmlReturn_t fk_gi_placements(nvmlDevice_t device, unsigned int profileId
     if (rc) return rc;
     int gpu = fk_whole_gpu(device, NULL);
     if (gpu < 0 || !count) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fk_gpu_lost((unsigned)gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST);
     const fk_board *b = fk_gpus[gpu].board;
     if (b->n_gi == 0) return fk_leave(NVML_ERROR_NOT_SUPPORTED);
     const fk_gi_profile *p = fk_gi_profile_by_id(b, profileId);
@@ -243,6 +247,7 @@ FK_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(nvmlDevice_t d
 static nvmlReturn_t fk_mig_call(nvmlDevice_t device, unsigned profileId, int exclusive, int *gpu, const fk_gi_profile **p) {
     *gpu = fk_whole_gpu(device, NULL);
     if (*gpu < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fk_gpu_lost((unsigned)*gpu)) return NVML_ERROR_GPU_IS_LOST;
     const fk_board *b = fk_gpus[*gpu].board;
     if (b->n_gi == 0) return NVML_ERROR_NOT_SUPPORTED;
     if (p) {
@@ -338,6 +343,7 @@ FK_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t dev
 static nvmlReturn_t fk_gi_call(nvmlGpuInstance_t gpuInstance, int exclusive, struct nvmlGpuInstance_st **h, fk_gi **gi) {
     *h = fk_gi_of(gpuInstance);
     if (!*h) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fk_gpu_lost((*h)->gpu)) return NVML_ERROR_GPU_IS_LOST;
     nvmlReturn_t rc = fk_state_load(exclusive);
     if (rc) return rc;
     *gi = fk_find_gi((*h)->gpu, (*h)->gi);
@@ -602,6 +608,7 @@ FK_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpu
 static nvmlReturn_t fk_ci_handle_call(nvmlComputeInstance_t computeInstance, int exclusive, struct nvmlComputeInstance_st **h, fk_ci **ci) {
     *h = fk_ci_of(computeInstance);
     if (!*h) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fk_gpu_lost((*h)->gpu)) return NVML_ERROR_GPU_IS_LOST;
     nvmlReturn_t rc = fk_state_load(exclusive);
     if (rc) return rc;
     *ci = fk_find_ci((*h)->gpu, (*h)->gi, (*h)->ci);

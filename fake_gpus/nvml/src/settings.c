@@ -78,6 +78,7 @@ static nvmlReturn_t fk_get(nvmlDevice_t device, unsigned *out, unsigned which) {
     if (rc) return rc;
     int gpu = fk_settings_gpu(device, 0);
     if (gpu < 0 || !out) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fk_gpu_lost((unsigned)gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST);
     if ((rc = fk_state_load(0))) return fk_leave(rc);
     rc = fk_settings_read();
     if (rc == NVML_SUCCESS) *out = fk_settings[gpu].value[which];
@@ -92,6 +93,7 @@ static nvmlReturn_t fk_set(nvmlDevice_t device, unsigned value, unsigned which) 
     if (h && h->is_mig) return fk_leave(NVML_ERROR_NOT_SUPPORTED); /* per GPU, as on a real board */
     int gpu = fk_settings_gpu(device, 1);
     if (gpu < 0 || value >= fk_setting_limits[which]) return fk_leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (fk_gpu_lost((unsigned)gpu)) return fk_leave(NVML_ERROR_GPU_IS_LOST);
     if ((rc = fk_state_load(1))) return fk_leave(rc);
     rc = fk_settings_read();
     if (rc == NVML_SUCCESS) {

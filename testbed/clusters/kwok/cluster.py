@@ -191,6 +191,7 @@ class KwokCluster(Cluster, NodeControl, DriverRestart, DriverRoll):
             ports=component_ports(spec.apiserver_port),
             stages=stages,
             patches=component_patches(spec.allow_large, feature_gates(spec.k8s)),
+            scheduler_config=spec.scheduler_config,
         ))
         # kwokctl picks "random" free ports by probing, so two creations at once can pick the same ones and
         # both hang; one creation at a time per machine (a few seconds each) rules that out.

@@ -98,19 +98,25 @@ def build_plugin(repo: str | None = None, commit: str = PINNED_COMMIT) -> Path:
     return target
 
 
+def fetch_commit(repo: str, commit: str, src: Path, log: Path) -> None:
+    """Exactly `commit` of `repo` checked out into the empty folder `src` (shallow), git's output in `log`;
+    PluginBuildError when the repository gives another commit. Also fetches kubernetes-sigs/ai-conformance."""
+    with progress.step(f"fetching {repo} at {commit[:12]} (log: {log})") as step:
+        env = {**FETCH_ENV, **os.environ}
+        run_go(["git", "init", "-q", "."], src, log, None, env)
+        run_go(["git", "fetch", "-q", "--depth", "1", repo, commit], src, log, step.update, env)
+        run_go(["git", "checkout", "-q", "--detach", "FETCH_HEAD"], src, log, None, env)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
+        if head != commit:
+            raise PluginBuildError(f"{repo} gave commit {head or 'none'} for {commit}")
+
+
 def _build(repo: str, commit: str, target: Path) -> None:
     log = target.parent / "build.log"
     log.write_text("")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".src-") as tmp:
         src = Path(tmp)
-        with progress.step(f"fetching {repo} at {commit[:12]} (log: {log})") as step:
-            env = {**FETCH_ENV, **os.environ}
-            run_go(["git", "init", "-q", "."], src, log, None, env)
-            run_go(["git", "fetch", "-q", "--depth", "1", repo, commit], src, log, step.update, env)
-            run_go(["git", "checkout", "-q", "--detach", "FETCH_HEAD"], src, log, None, env)
-            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
-            if head != commit:
-                raise PluginBuildError(f"{repo} gave commit {head or 'none'} for {commit}")
+        fetch_commit(repo, commit, src, log)
         env = go_env(CGO_ENABLED="1", CGO_LDFLAGS_ALLOW="-Wl,--unresolved-symbols=ignore-in-object-files", GOFLAGS="-mod=vendor")
         partial = target.with_name(BINARY + ".partial")
         with progress.step(f"building {BINARY} (log: {log})") as step:

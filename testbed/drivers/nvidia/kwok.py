@@ -58,7 +58,8 @@ class NvidiaBinaryDriver(KwokDriver):
             for node in self.layout.nodes:
                 p = plugin.node_plugin(home, node.name, self.views[node.name])
                 p.home.mkdir(parents=True, exist_ok=True)
-                plugin.start(self.binary, p, self.kubeconfig, node.mode.kind, self.spec.env, shares=node.mode.shares)
+                plugin.start(self.binary, p, self.kubeconfig, node.mode.kind, self.spec.env, shares=node.mode.shares,
+                             health=node.mode.health)
                 plugins.append(p)
             standin.start(home, self.kubeconfig, plugin.DRIVER, {p.node: p.registry_dir for p in plugins})
             with ThreadPoolExecutor(8) as pool:

@@ -36,7 +36,7 @@ def start_node(api: client.ApiClient, cluster_home: Path, kubeconfig: Path, node
     views = provision_node(plugin.state_dir(cluster_home, node.name), node.board, node.count, mig_layout, nvml)
     p = plugin.node_plugin(cluster_home, node.name, views)
     p.home.mkdir(parents=True, exist_ok=True)
-    plugin.start(binary, p, kubeconfig, node.mode.kind, env, gates, node.mode.shares)
+    plugin.start(binary, p, kubeconfig, node.mode.kind, env, gates, node.mode.shares, node.mode.health)
     return p
 
 

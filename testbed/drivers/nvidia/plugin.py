@@ -34,6 +34,7 @@ START_TIMEOUT = 120.0
 # fixed in its source); ours (templates/) is shown there in its mount namespace, the host's / left as it is
 MPS_TEMPLATES = Path(__file__).parent / "templates"
 MPS_GATE = "MPSSupport=true"
+HEALTH_GATE = "NVMLDeviceHealthCheck=true"  # device taints from NVML events (docs/design/health.md)
 
 
 class PluginError(EnvironmentProblem):
@@ -103,16 +104,18 @@ def node_plugin(cluster_home: Path, node: str, views: MachineViews) -> NodePlugi
     return NodePlugin(node, Path(cluster_home) / "nvidia" / node, views)
 
 
-def feature_gates(mode_kind: str, shares: str | None = None) -> str:
-    """Dynamic MIG and consumable shares are feature gates of NVIDIA's driver; whole and static MIG need none."""
+def feature_gates(mode_kind: str, shares: str | None = None, health: bool = False) -> str:
+    """Dynamic MIG, consumable shares and health monitoring (a mode ending `:health`) are feature gates of NVIDIA's
+    driver; whole and static MIG need none."""
     gates = ["DynamicMIG=true"] if mode_kind == "dynamic-mig" else []
-    return ",".join(gates + (["ConsumableShares=true"] if shares else []))
+    return ",".join(gates + (["ConsumableShares=true"] if shares else []) + ([HEALTH_GATE] if health else []))
 
 
 def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, gates: tuple[str, ...] = (),
-                shares: str | None = None) -> list[str]:
+                shares: str | None = None, health: bool = False) -> list[str]:
     """The plugin's command line; `gates` are more of its feature gates (e.g. TimeSlicingSettings=true);
-    `shares` its --consumable-shares value (None: disabled, the flag left out)."""
+    `shares` its --consumable-shares value (None: disabled, the flag left out); `health` the node's mode asks for
+    health monitoring."""
     assert plugin.views is not None
     root = str(plugin.views.driver_root)
     argv = [str(binary), "--node-name", plugin.node, "--kubeconfig", str(kubeconfig),
@@ -122,12 +125,13 @@ def plugin_argv(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: s
             "--kubelet-plugins-directory-path", str(plugin.plugins_dir)]
     if shares:
         argv += ["--consumable-shares", shares]
-    every = ",".join(g for g in (feature_gates(mode_kind, shares), *gates) if g)
+    # once each: a caller may name a gate the mode implies too (the health suites pass HEALTH_GATE)
+    every = ",".join(dict.fromkeys(g for g in ",".join((feature_gates(mode_kind, shares, health), *gates)).split(",") if g))
     return argv + (["--feature-gates", every] if every else [])
 
 
 def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, env: dict[str, str] | None = None,
-          gates: tuple[str, ...] = (), shares: str | None = None) -> int:
+          gates: tuple[str, ...] = (), shares: str | None = None, health: bool = False) -> int:
     """Start the node's plugin (not waiting for it); returns its pid, which is also recorded."""
     assert plugin.views is not None
     for d in (plugin.cdi_root, plugin.plugins_dir, plugin.registry_dir):
@@ -137,7 +141,7 @@ def start(binary: Path, plugin: NodePlugin, kubeconfig: Path, mode_kind: str, en
         plugin.hook.chmod(0o755)
     environment = {**os.environ, **namespace.environment(plugin.views), **(env or {})}
     root_dirs = {"templates": MPS_TEMPLATES} if MPS_GATE in gates else None
-    argv = namespace.wrap(plugin_argv(binary, plugin, kubeconfig, mode_kind, gates, shares), plugin.views, root_dirs)
+    argv = namespace.wrap(plugin_argv(binary, plugin, kubeconfig, mode_kind, gates, shares, health), plugin.views, root_dirs)
     with open(plugin.log, "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
                                 start_new_session=True)  # a Ctrl-C of the caller must not cut it half-way

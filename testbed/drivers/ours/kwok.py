@@ -19,7 +19,7 @@ from testbed.clusters.driver import OURS, DriverSpec
 from testbed.clusters.driver_identity import DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT
 from testbed.clusters.kwok.driver import ROLL_TIMEOUT, KwokDriver
 from testbed.clusters.layout import Layout, NodeSpec
-from testbed.kubelet import process as standin
+from testbed.kubelet import plugin_host, process as standin
 from testbed.kube.waiting import WaitTimeout, until
 
 
@@ -56,8 +56,16 @@ class OurDriver(KwokDriver):
     def __init__(self, spec: DriverSpec) -> None:
         super().__init__(spec)
         self._proc: subprocess.Popen | None = None
+        self._hosts = 0  # plugin hosts (testbed.kubelet.plugin_host); 0: a plugin process per node
+
+    def _hosting(self, layout: Layout) -> None:
+        try:
+            self._hosts = plugin_host.hosts_for(len(layout.nodes))
+        except ValueError as exc:
+            raise ClusterError(str(exc)) from exc
 
     def spawn(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
+        self._hosting(layout)
         self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
                                             node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
         self._kubeconfig, self._layout = kubeconfig, layout
@@ -87,7 +95,8 @@ class OurDriver(KwokDriver):
              "--plugin-dir", str(where / "plugin"), "--registry-dir", str(where / "registry"),
              "--cdi-dir", str(files / "cdi"), "--kubeconfig", str(kubeconfig), "--mig", mig,
              "--namespace", DRIVER_NAMESPACE],  # MPS control daemons go beside the driver
-            str(files / "plugin.log"), self.spec.process_env(), registry=str(where / "registry"))
+            str(files / "plugin.log"), self.spec.process_env(), registry=str(where / "registry"),
+            host=plugin_host.host_of(node.name, self._hosts))
 
     def join(self, home: Path, kubeconfig: Path, node: NodeSpec) -> None:
         standin.add_plugin(home, node.name, self.plugin(home, kubeconfig, node))
@@ -96,6 +105,7 @@ class OurDriver(KwokDriver):
         standin.remove_plugin(home, node)
 
     def roll(self, home: Path, kubeconfig: Path, layout: Layout) -> None:
+        self._hosting(layout)
         launch.stop_publisher(home)
         self._proc = launch.spawn_publisher(home, kubeconfig, env=self.spec.process_env(),
                                             node_identity=(DRIVER_NAMESPACE, DRIVER_SERVICE_ACCOUNT))
@@ -103,19 +113,26 @@ class OurDriver(KwokDriver):
             launch.wait_publisher(home, self._proc)
         except RuntimeError as exc:
             raise ClusterError(str(exc)) from exc
-        running = {n.name: pid for n in layout.nodes if (pid := standin.plugin_pid(home, n.name)) is not None}
+        running = {n.name: pid for n in layout.nodes if (pid := _instance(home, n.name, self._hosts)) is not None}
         for node in layout.nodes:  # the stand-in replaces each plugin by one of this spec
             self.join(home, kubeconfig, node)
         # done, as a DaemonSet's rollout is, once every node that ran a plugin runs the new one: until then a
         # kubelet call could still reach the old plugin, and a fault the new one brings would not show
-        replaced = lambda: all(standin.plugin_pid(home, n) not in (None, old) for n, old in running.items())  # noqa: E731
+        replaced = lambda: all(_instance(home, n, self._hosts) not in (None, old) for n, old in running.items())  # noqa: E731
         try:
             until("the stand-in kubelet running the new plugins", replaced, timeout=ROLL_TIMEOUT, interval=0.1)
         except WaitTimeout as exc:
             raise ClusterError(f"driver update: {exc}") from exc
 
     @classmethod
-    def stop(cls, home: Path) -> None:
+    def stop(cls, home: Path) -> None:  # the stand-in's stop ends plugin hosts too
         standin.stop(home)
         launch.stop_publisher(home)
         remove_socket_root(home)
+
+
+def _instance(home: Path, node: str, hosts: int) -> int | str | None:
+    """What runs `node`'s plugin now (None: nothing): its process, or in a host the version of its file served."""
+    if hosts:
+        return plugin_host.served_generation(home, node, plugin_host.host_of(node, hosts))
+    return standin.plugin_pid(home, node)
