@@ -15,6 +15,7 @@ from pathlib import Path
 from fake_gpus.catalog.xids import MAX_XID, NVML_HEADER_SOURCE, describe
 from fake_gpus.nvml import health, state
 from testbed.cli.arguments import add_cluster_lookup
+from testbed.cli.gpu_drain import add_actions
 from testbed.errors import BadInputError, EnvironmentProblem
 
 
@@ -98,8 +99,8 @@ def cmd_gpu(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `gpu fail` and `gpu heal` to the `dra-testbed` parser."""
-    gpu = sub.add_parser("gpu", help="make a fake GPU fail (Xid, ECC, lost) or heal it")
+    """Add `gpu fail`, `gpu heal`, `gpu drain` and `gpu undrain` to the `dra-testbed` parser."""
+    gpu = sub.add_parser("gpu", help="make a fake GPU fail (Xid, ECC, lost) or heal it; drain devices for maintenance")
     actions = gpu.add_subparsers(dest="action", required=True)
     fail = actions.add_parser("fail", help="inject a fault: NVML event sets registered on the GPU receive it")
     heal = actions.add_parser("heal", help="reset the GPU: end a lost state, clear the recovery action an Xid left pending and the volatile ECC counters")
@@ -112,3 +113,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--xid", type=_xid, help=f"an Xid critical error event, 1 to {MAX_XID}")
     what.add_argument("--ecc", choices=("single", "double"), help="a single- or double-bit ECC error event, counted")
     what.add_argument("--lost", action="store_true", help="the GPU falls off the bus")
+    add_actions(actions)

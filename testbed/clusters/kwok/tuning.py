@@ -54,7 +54,9 @@ MEMORY_SHARES = {"kube-scheduler": 0.30, "kube-controller-manager": 0.20}
 # of strings per device: 125 of the scheduler's 1,152 MB live above). A production 1.34 or 1.35 scheduler runs
 # with the gate off (alpha), and so does a large fleet's; the API keeps it, device taints are tested on small
 # beds (the controller-manager's taint controller is off above for the same reason).
-SCHEDULER_GATES_OFF = ("DRADeviceTaints",)
+# DRADeviceTaintRules (1.35+) depends on it: a 1.35 or 1.36 scheduler given the rules' gate without the taints'
+# exits at start ("depends on features that are disabled"), so both go where the bed switched them on.
+SCHEDULER_GATES_OFF = ("DRADeviceTaints", "DRADeviceTaintRules")
 
 
 def machine_memory() -> int:
