@@ -125,12 +125,14 @@ def properties_nvidia(session: nox.Session) -> None:
 def health(session: nox.Session) -> None:
     """GPUs that fail, on 1.34 (effect None refused) and 1.36 (taken): NVIDIA's plugin with gate NVMLDeviceHealthCheck
     under every injection scenario (suites/nvidia/test_nvidia_health.py, $DRA_TESTBED_NVIDIA_HEALTH=full), then our
-    driver's taints live and against NVIDIA's (suites/health). `nox -s tests` runs both on 1.34 with the smoke table."""
+    driver's taints live and against NVIDIA's (suites/health), and both drivers' taints on kind workers
+    (suites/kind/test_kind_health_taints.py). `nox -s tests` runs both on 1.34 with the smoke table."""
     _prepare(session)
     _nvidia_plugin(session)
     for minor in (K8S, "1.36"):
         session.run("dra-testbed", "toolchain", "ensure", "--k8s", minor, **UNTIL_CLEANED)
-        session.run("python", "-m", "pytest", "suites/nvidia/test_nvidia_health.py", "suites/health", "-q", "-ra", "--k8s", minor,
+        session.run("python", "-m", "pytest", "suites/nvidia/test_nvidia_health.py", "suites/health", "suites/kind/test_kind_health_taints.py",
+                    "-q", "-ra", "--k8s", minor,
                     *session.posargs, env={"DRA_TESTBED_NVIDIA_HEALTH": "full"}, **UNTIL_CLEANED)
 
 

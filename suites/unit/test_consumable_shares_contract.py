@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from fake_gpus.node import (
+    HEALTH_LABEL,
     SHARES_LABEL,
     LabelError,
     Mode,
@@ -161,3 +162,21 @@ def test_kind_daemonsets_select_their_nodes_and_pass_the_value() -> None:
         env = {e["name"]: e.get("value") for e in by_name[chosen[0]]["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env.get("CONSUMABLE_SHARES") == node.mode.shares
         assert ("ConsumableShares=true" in env.get("FEATURE_GATES", "")) == bool(node.mode.shares)
+
+
+def test_nvidias_kind_daemonsets_split_by_health_and_take_a_users_gates() -> None:
+    """Nodes with `:health` get a DaemonSet of their own with NVMLDeviceHealthCheck (NVIDIA's chart sets gates per
+    deployment); a user's FEATURE_GATES joins each group's gates instead of being shadowed by them."""
+    layout = from_flags(["a=h100-80gb:1:whole", "b=h100-80gb:1:whole:health", "c=h100-80gb:1:dynamic-mig"])
+    groups = {g.suffix: g.gates for g in plugin_groups(layout)}
+    assert groups == {"": "", "-health": "NVMLDeviceHealthCheck=true", "-dynamic-mig": "DynamicMIG=true"}, groups
+    docs = [d for d in yaml.safe_load_all(render_manifest("img", layout, {"FEATURE_GATES": "TimeSlicingSettings=true"}))
+            if d and d.get("kind") == "DaemonSet"]
+    by_name = {d["metadata"]["name"]: d for d in docs}
+    health = by_name["dra-driver-nvidia-gpu-kubelet-plugin-health"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in health["containers"][0]["env"]}
+    assert env["FEATURE_GATES"] == "NVMLDeviceHealthCheck=true,TimeSlicingSettings=true", env
+    terms = health["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert {"key": HEALTH_LABEL, "operator": "In", "values": ["true"]} in terms["matchExpressions"], terms
+    plain = by_name["dra-driver-nvidia-gpu-kubelet-plugin"]["spec"]["template"]["spec"]
+    assert [e["value"] for e in plain["containers"][0]["env"] if e["name"] == "FEATURE_GATES"] == ["TimeSlicingSettings=true"]

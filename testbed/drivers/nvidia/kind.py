@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fake_gpus.machine import namespace
 from fake_gpus.machine.views import MachineViews
-from fake_gpus.node import SHARES_LABEL
+from fake_gpus.node import HEALTH_LABEL, SHARES_LABEL
 from fake_gpus.nvml.state import NODE_STATE_DIR
 from testbed.host import progress
 from testbed.clusters.base import ClusterError
@@ -40,15 +40,16 @@ GROUPS = (("", ("whole", "static-mig")), ("-dynamic-mig", ("dynamic-mig",)))
 @dataclass(frozen=True)
 class PluginGroup:
     """One DaemonSet of NVIDIA's plugin: the nodes whose modes take the same command line (feature gates and
-    --consumable-shares, a node setting that NVIDIA's chart can only give a whole DaemonSet)."""
+    --consumable-shares, node settings that NVIDIA's chart can only give a whole DaemonSet)."""
 
     suffix: str  # of the DaemonSet's name
     modes: tuple[str, ...]  # mode kinds (label dra-testbed.io/mode) of its nodes
     shares: str | None  # their --consumable-shares (label dra-testbed.io/consumable-shares), None: disabled
+    health: bool = False  # their mode ends `:health` (label dra-testbed.io/health-check): gate NVMLDeviceHealthCheck
 
     @property
     def gates(self) -> str:
-        return feature_gates(self.modes[0], self.shares)
+        return feature_gates(self.modes[0], self.shares, self.health)
 
     @property
     def daemonset(self) -> str:
@@ -56,13 +57,25 @@ class PluginGroup:
 
 
 def plugin_groups(layout: Layout) -> list[PluginGroup]:
-    """The DaemonSets a layout needs: one per gate set (GROUPS) and share value its GPU nodes have."""
+    """The DaemonSets a layout needs: one per gate set (GROUPS), share value and health setting its GPU nodes have."""
     groups = []
     for suffix, modes in GROUPS:
-        values = {n.mode.shares for n in layout.nodes if n.mode.kind in modes}
-        for shares in sorted(values, key=lambda v: v or ""):
-            groups.append(PluginGroup(suffix + (f"-shares-{shares}" if shares else ""), modes, shares))
+        values = {(n.mode.shares, n.mode.health) for n in layout.nodes if n.mode.kind in modes}
+        for shares, health in sorted(values, key=lambda v: (v[0] or "", v[1])):
+            name = suffix + (f"-shares-{shares}" if shares else "") + ("-health" if health else "")
+            groups.append(PluginGroup(name, modes, shares, health))
     return groups
+
+
+def merged_gates(*lists: str) -> str:
+    """Comma-separated feature gates, the later lists winning for a gate named twice (a user's FEATURE_GATES
+    beside the ones a group's nodes need), in first-seen order."""
+    gates: dict[str, str] = {}
+    for text in lists:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, _, value = item.partition("=")
+            gates[name] = value or "true"
+    return ",".join(f"{name}={value}" for name, value in gates.items())
 
 
 class NvidiaKindDriver(KindDriver):
@@ -118,7 +131,12 @@ class NvidiaKindDriver(KindDriver):
 
 def render_manifest(image: str, layout: Layout, env: dict[str, str]) -> str:
     """The DaemonSets (one per feature-gate set and share value the layout's nodes need), RBAC and namespace."""
-    groups = [{"suffix": g.suffix, "modes": list(g.modes), "gates": g.gates, "shares": g.shares, "shares_label": SHARES_LABEL}
+    # NVIDIA's chart sets the plugin's gates through FEATURE_GATES; one a user gives (e.g. TimeSlicingSettings=true)
+    # joins those each group's nodes need instead of being shadowed by them
+    env = dict(env)
+    extra = env.pop("FEATURE_GATES", "")
+    groups = [{"suffix": g.suffix, "modes": list(g.modes), "gates": merged_gates(g.gates, extra), "shares": g.shares,
+               "shares_label": SHARES_LABEL, "health": g.health, "health_label": HEALTH_LABEL}
               for g in plugin_groups(layout)]
     views = MachineViews(Path(NODE_STATE_DIR))
     return render_template(
