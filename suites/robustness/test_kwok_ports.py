@@ -38,7 +38,8 @@ def test_every_component_port_is_chosen_outside_kwokctls_countdown() -> None:
     assert not [p for p in ports.values() if p in KWOKCTL_COUNTDOWN], ports
     assert component_ports(apiserver_port=4567)["kubeApiserverPort"] == 4567  # the user's --port is kept
     rendered = yaml.safe_load_all(render_template("kwokctl.yaml.j2", kube_version="1.34.4", etcd_version="3.6.0", binaries=dict.fromkeys(BINARIES, "/bin/true"),
-                                                  feature_gates="", runtime_config="", ports=ports, stages="", patches={}))
+                                                  feature_gates="", runtime_config="", ports=ports, stages="", patches={},
+                                                  scheduler_config=None))
     options = next(doc for doc in rendered if doc and doc.get("kind") == "KwokctlConfiguration")["options"]
     assert {k: options[k] for k in COMPONENT_PORTS} == ports
 
