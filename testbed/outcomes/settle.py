@@ -84,9 +84,13 @@ class Snapshot:
         return failed is not None and failed >= max(t for t in times if t is not None)
 
     def verdict(self, pod: dict) -> str | None:
-        """`bound`, `unschedulable` (refused after its last change), `gated`, or None while undecided."""
+        """`bound` (once its claims are seen allocated), `unschedulable` (refused after its last change), `gated`,
+        or None while undecided."""
         if (pod.get("spec") or {}).get("nodeName"):
-            return "bound"
+            # the scheduler writes a claim's allocation before it binds the pod, but the claims' watch may deliver
+            # it after the pods' watch delivered the binding: until then the pod's devices are not known
+            namespace = pod["metadata"]["namespace"]
+            return "bound" if all((namespace, name) in self.allocated for name in claim_names(pod)) else None
         if (pod.get("spec") or {}).get("schedulingGates"):
             return "gated"
         failure = self.latest_failure(pod)
