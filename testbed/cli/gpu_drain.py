@@ -34,16 +34,11 @@ def _published_devices(api, driver: str, node: str) -> set[str] | None:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     from fake_gpus.driver.identity import current_identity
-    from testbed.clusters.registry import ClusterNotFound, cluster_named
+    from testbed.cli.gpu_health import running_cluster
     from testbed.kube.apiretry import retrying_client
     from testbed.kube.device_taint_rules import DRAIN_KEY, DeviceTaintRulesNotServed, create_rule, delete_rule, get_rule
 
-    try:
-        cluster = cluster_named(args.name, args.backend)
-    except ClusterNotFound as exc:
-        raise BadInputError(str(exc)) from None
-    if not cluster.status().running:
-        raise BadInputError(f"cluster {cluster.name!r} is not running; valid: a running cluster (`dra-testbed status --name {cluster.name}`)")
+    cluster = running_cluster(args)
     driver = args.driver_name or current_identity().driver
     name = rule_name(args.node, args.device)
     api = retrying_client(str(cluster.kubeconfig()))

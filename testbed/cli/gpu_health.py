@@ -25,18 +25,24 @@ def _xid(text: str) -> int:
     return int(text)
 
 
-def _node_state_dir(args: argparse.Namespace) -> Path:
-    """The running cluster's node state directory; BadInputError naming what exists otherwise."""
+def running_cluster(args: argparse.Namespace):
+    """The cluster `--name`/`--backend` name, running; BadInputError naming what exists otherwise."""
     from testbed.clusters.registry import ClusterNotFound, cluster_named
 
     try:
         cluster = cluster_named(args.name, args.backend)
     except ClusterNotFound as exc:
         raise BadInputError(str(exc)) from None
-    if cluster.backend not in ("kwok", "kind"):
-        raise EnvironmentProblem(f"gpu {args.action} reaches KWOK and kind nodes; {cluster.name!r} is a {cluster.backend} cluster")
     if not cluster.status().running:
         raise BadInputError(f"cluster {cluster.name!r} is not running; valid: a running cluster (`dra-testbed status --name {cluster.name}`)")
+    return cluster
+
+
+def _node_state_dir(args: argparse.Namespace) -> Path:
+    """The running cluster's node state directory; BadInputError naming what exists otherwise."""
+    cluster = running_cluster(args)
+    if cluster.backend not in ("kwok", "kind"):
+        raise EnvironmentProblem(f"gpu {args.action} reaches KWOK and kind nodes; {cluster.name!r} is a {cluster.backend} cluster")
     dirs = _kind_state_dirs(cluster) if cluster.backend == "kind" else _kwok_state_dirs(cluster.home)
     if args.node not in dirs:
         raise BadInputError(f"cluster {cluster.name!r} has no GPU node {args.node!r}; valid: {', '.join(sorted(dirs)) or 'none'}")
