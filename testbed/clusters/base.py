@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import abc
 import json
+import os
 import socket
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ContextManager, TypeVar
@@ -19,6 +21,8 @@ from hostenv.versions import DEFAULT_MINOR
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.layout import Layout, NodeSpec
 from testbed.errors import EnvironmentProblem
+
+FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"  # where failed clusters' logs go (CI sets it)
 
 if TYPE_CHECKING:  # the client is loaded on first use: `up` loads it while the control plane starts
     from kubernetes import client
@@ -86,6 +90,13 @@ class Cluster(abc.ABC):
     def home(self) -> Path:
         """This cluster's own directory of state (spec, kubeconfig, logs)."""
         return state_root() / "clusters" / self.backend / self.name
+
+    def logs_folder(self) -> Path:
+        """A new folder for this cluster's logs, outside its home so that they outlive the cluster (a home kept
+        for its logs alone still counted as a cluster, and `up` of the name was refused as "already exists"):
+        under $DRA_TESTBED_FAILURE_LOGS when set (CI collects it), else <state>/logs/<backend>."""
+        base = Path(os.environ[FAILURE_LOGS_ENV]) if os.environ.get(FAILURE_LOGS_ENV) else state_root() / "logs" / self.backend
+        return base / f"{self.backend}-{self.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     @abc.abstractmethod
     def create(self, spec: ClusterSpec, force: bool = False) -> Path:

@@ -41,7 +41,6 @@ from testbed.toolchain.resolve import ensure
 
 NO_DRIVER_ENV = "DRA_TESTBED_KIND_NO_DRIVER"
 KEEP_ON_FAILURE_ENV = "DRA_TESTBED_KEEP_FAILED"
-FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 # kind gives a new node container a fixed 30 s to reach systemd's multi-user target, then fails with this
 SLOW_BOOT = "could not find a log line that matches"
 CREATE_ATTEMPTS = 2
@@ -205,7 +204,7 @@ class KindCluster(Cluster, DriverRestart, DriverRoll, DriverPause, ImageLoading)
             if os.environ.get(KEEP_ON_FAILURE_ENV):
                 progress.note(f"[yellow]keeping the failed cluster ({KEEP_ON_FAILURE_ENV} is set)[/yellow]")
             else:
-                self._teardown(kind, keep_home=True)
+                self._teardown(kind)  # the logs are outside the home: nothing left that looks like a cluster
             if isinstance(exc, ClusterError) and not isinstance(exc, ClusterStartError):
                 raise ClusterStartError(str(exc)) from exc
             raise
@@ -341,11 +340,9 @@ class KindCluster(Cluster, DriverRestart, DriverRoll, DriverPause, ImageLoading)
         return out.returncode == 0 and bool(out.stdout.strip())
 
     def export_logs(self, folder: Path | None = None, kind: Path | None = None) -> Path:
-        """`kind export logs` and a cluster dump into `folder` (default: under $DRA_TESTBED_FAILURE_LOGS,
-        where CI collects failed clusters' logs, else under the cluster's home); returns the folder."""
-        if folder is None:
-            base = Path(os.environ[FAILURE_LOGS_ENV]) / f"kind-{self.name}" if os.environ.get(FAILURE_LOGS_ENV) else self.home
-            folder = base / f"failure-{time.strftime('%Y%m%d-%H%M%S')}"
+        """`kind export logs` and a cluster dump into `folder` (default: a new logs_folder(), outside the home so
+        the logs outlive the cluster); returns the folder."""
+        folder = folder or self.logs_folder()
         folder.mkdir(parents=True, exist_ok=True)
         try:
             kind = kind or self._kind_binary(self.saved_minor())
@@ -374,7 +371,7 @@ class KindCluster(Cluster, DriverRestart, DriverRoll, DriverPause, ImageLoading)
         kind = Path(record["kind"]) if record.get("kind") and Path(record["kind"]).is_file() else None
         self._teardown(kind)
 
-    def _teardown(self, kind: Path | None, keep_home: bool = False) -> None:
+    def _teardown(self, kind: Path | None) -> None:
         """Delete the node containers (through kind when possible), kind's network when unused, our files."""
         if self.node_containers():
             if kind is None:
@@ -389,10 +386,7 @@ class KindCluster(Cluster, DriverRestart, DriverRoll, DriverPause, ImageLoading)
                     pass
             self._remove_containers()
         remove_kind_network_if_unused()
-        if not keep_home:
-            shutil.rmtree(self.home, ignore_errors=True)
-        else:
-            (self.home / "kubeconfig.delete").unlink(missing_ok=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
     # -- abilities (testbed/clusters/base.py), through the API with a client that retries what a loaded
     # control plane drops, so that only the driver's own answers show

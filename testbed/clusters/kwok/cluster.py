@@ -21,7 +21,7 @@ from hostenv.dirs import state_root
 from hostenv.processes import alive, run_group, started_from, terminate
 from hostenv.versions import release_for
 from testbed.host import progress
-from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
+from testbed.clusters.base import FAILURE_LOGS_ENV, Cluster, ClusterError, ClusterSpec, ClusterStartError, ClusterStatus, port_is_free
 from testbed.clusters.base import DriverRestart, DriverRoll, NodeControl
 from testbed.clusters.driver import DriverSpec
 from testbed.clusters.driver_identity import apply_identity
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kwokctl", "kubectl")
 READY_TIMEOUT = 180.0
 MAX_NODES, MAX_GPUS = 256, 1024  # beyond these only with --allow-large (ClusterSpec.allow_large)
-FAILURE_LOGS_ENV = "DRA_TESTBED_FAILURE_LOGS"
 
 
 def kwok_workdir() -> Path:
@@ -140,8 +139,7 @@ class KwokCluster(Cluster, NodeControl, DriverRestart, DriverRoll):
             return kubeconfig
         except BaseException as failure:
             try:  # keeping the logs must never keep the cluster: the teardown below runs whatever happens here
-                kept = self.export_logs(Path(os.environ[FAILURE_LOGS_ENV]) / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}") \
-                    if os.environ.get(FAILURE_LOGS_ENV) else None
+                kept = self.export_logs() if os.environ.get(FAILURE_LOGS_ENV) else None
                 where = f" (component logs kept in {kept})" if kept else f" (set ${FAILURE_LOGS_ENV} to keep component logs)"
             except (OSError, shutil.Error) as exc:
                 where = f" (keeping its logs failed: {str(exc)[:200]})"
@@ -154,7 +152,7 @@ class KwokCluster(Cluster, NodeControl, DriverRestart, DriverRoll):
     def export_logs(self, folder: Path | None = None) -> Path:
         """Copy the components' logs (kwokctl's) and the cluster's home (publisher log, configs) to `folder`;
         a failed `up` keeps them in $DRA_TESTBED_FAILURE_LOGS this way before removing the cluster."""
-        dest = folder or self.home.with_name(f"{self.name}-logs-{time.strftime('%Y%m%d-%H%M%S')}")
+        dest = folder or self.logs_folder()  # not beside the homes, where it would count as a cluster
         for source, name in ((self.kwok_dir / "logs", "logs"), (self.home, "home")):
             if source.is_dir():
                 # links as links (a node's sys views link in loops), no sockets or device nodes (not copyable)
