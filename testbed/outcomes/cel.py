@@ -1,6 +1,6 @@
 """DRA device selectors evaluated by the scheduler's own CEL compiler, through a small Go helper.
 
-The helper (`dra_cel.go`) links k8s.io/dynamic-resource-allocation/cel of the cluster's minor, so an
+The helper (`dra_cel.go` and the device conversion of the minor) links k8s.io/dynamic-resource-allocation/cel of the cluster's minor, so an
 expression matches, fails to compile or errors at run time exactly as it does inside kube-scheduler:
 the same function library (quantity, semver, ...), the same cost limits, the same messages. It is built
 once per minor from Go modules into the cache; the Go build cache left by the Kubernetes build makes
@@ -9,6 +9,7 @@ that a matter of seconds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,6 +29,10 @@ from testbed.host import progress
 from testbed.toolchain.gobuild import run_go
 
 SOURCE = Path(__file__).with_name("dra_cel.go")
+# 1.38 interned the CEL input's attributes (k8s.io/dynamic-resource-allocation/api.DeviceAttributes): one file
+# per shape of the input, the main program shared
+DEVICE_SOURCES = {False: Path(__file__).with_name("dra_cel_maps.go"), True: Path(__file__).with_name("dra_cel_slices.go")}
+INTERNED_FROM = (1, 38)
 _POSITION = re.compile(r"ERROR: <input>:(\d+):(\d+): ([^\n]*)")
 
 
@@ -58,7 +63,10 @@ def error_position(message: str) -> tuple[int, int, str] | None:
 def helper_path(minor: str) -> Path:
     """The helper binary for `minor`, built when not cached."""
     release = release_for(minor)
-    home = cache_root() / "tools" / f"dra-cel-{release.staging}"
+    interned = tuple(int(x) for x in release.minor.split(".")) >= INTERNED_FROM
+    sources = SOURCE.read_text() + DEVICE_SOURCES[interned].read_text()
+    digest = hashlib.sha256(sources.encode()).hexdigest()[:10]  # a changed helper is rebuilt, not taken from the cache
+    home = cache_root() / "tools" / f"dra-cel-{release.staging}-{digest}"
     binary = home / "dra-cel"
     if binary.is_file():
         return binary
@@ -70,6 +78,7 @@ def helper_path(minor: str) -> Path:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         (work / "main.go").write_text(SOURCE.read_text())
+        (work / "device.go").write_text(DEVICE_SOURCES[interned].read_text())
         (work / "go.mod").write_text(
             "module dratestbed.local/cel\n\ngo 1.24.0\n\n"
             f"require k8s.io/dynamic-resource-allocation {release.staging}\n"

@@ -1,7 +1,8 @@
 // dra-cel evaluates DRA device selectors with the scheduler's own CEL compiler (k8s.io/dynamic-resource-allocation/cel).
 // Input on stdin: {"consumableCapacity", "expressions": [...], "devices": [{"driver", "device": <resource.k8s.io/v1 Device>}]};
 // output: one entry per expression with its compile error, or per device whether it matches and any runtime error.
-// Built by testbed/outcomes/cel.py per Kubernetes minor, never committed as a binary.
+// Built by testbed/outcomes/cel.py per Kubernetes minor with the celDevice of that minor's API
+// (dra_cel_maps.go up to 1.37, dra_cel_slices.go from 1.38), never committed as a binary.
 package main
 
 import (
@@ -47,10 +48,12 @@ func main() {
 			continue
 		}
 		for i, d := range in.Devices {
-			matches, _, err := result.DeviceMatches(context.Background(), dracel.Device{
-				Driver: d.Driver, AllowMultipleAllocations: d.Device.AllowMultipleAllocations,
-				Attributes: d.Device.Attributes, Capacity: d.Device.Capacity,
-			})
+			device, err := celDevice(d.Driver, d.Device)
+			if err != nil {
+				o.Errors[i] = "dra-cel: " + err.Error()
+				continue
+			}
+			matches, _, err := result.DeviceMatches(context.Background(), device)
 			o.Matches[i] = matches
 			if err != nil {
 				o.Errors[i] = err.Error()
