@@ -16,7 +16,8 @@ from kubernetes import client
 
 from testbed.clusters.base import ClusterSpec
 from testbed.clusters.kwok import KwokCluster
-from testbed.clusters.kwok.tuning import GO_COMPONENTS, GOGC, MEMORY_SHARES, machine_memory
+from testbed.clusters.features import feature_gates
+from testbed.clusters.kwok.tuning import GO_COMPONENTS, GOGC, MEMORY_SHARES, SCHEDULER_GATES_OFF, machine_memory
 from testbed.clusters.layout import Layout, Mode, NodeSpec
 
 pytestmark = pytest.mark.cluster
@@ -34,12 +35,12 @@ def environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("large", [True, False], ids=["allow-large", "default"])
-def test_large_fleet_settings_are_in_force_only_when_asked_for(large: bool) -> None:
+def test_large_fleet_settings_are_in_force_only_when_asked_for(large: bool, request) -> None:
     name = f"lf-{uuid.uuid4().hex[:8]}"
     cluster = KwokCluster(name)
     layout = Layout((NodeSpec("gpu-0", "h100-80gb", 1, Mode("dynamic-mig")),))
     try:
-        cluster.create(ClusterSpec(name=name, layout=layout, allow_large=large))
+        cluster.create(ClusterSpec(name=name, layout=layout, allow_large=large, k8s=request.config.option.k8s))
         api = cluster.api_client()
         try:
             caches = watch_caches(api)
@@ -57,7 +58,12 @@ def test_large_fleet_settings_are_in_force_only_when_asked_for(large: bool) -> N
         scheduler = Path(f"/proc/{pids['kube-scheduler']}/cmdline").read_bytes().decode().split("\0")
         gates = [a for a in scheduler if a.startswith("--feature-gates=")]
         assert len(gates) == 1, gates
-        assert ("DRADeviceTaints=false" in gates[0]) is large and "DRAPartitionableDevices=true" in gates[0], gates
+        # the bed's gates of its minor, less on a large bed those the scheduler must not have (none where the
+        # minor locks them on, as 1.38 does, and the bed sets none)
+        bed_gates = feature_gates(cluster.saved_minor())
+        off = {g for g in SCHEDULER_GATES_OFF if bed_gates.get(g)} if large else set()
+        wanted = {f"{g}={'false' if g in off else str(v).lower()}" for g, v in bed_gates.items()}
+        assert set(gates[0].removeprefix("--feature-gates=").split(",")) == wanted, gates
         apiserver = Path(f"/proc/{pids['kube-apiserver']}/cmdline").read_bytes().decode().split("\0")
         modes = [a.split("=", 1)[1] for a in apiserver if a.startswith("--authorization-mode=")]
         assert modes == (["RBAC"] if large else ["Node,RBAC"]), modes

@@ -255,3 +255,28 @@ def test_toolchain_list_shows_the_renderers_whether_built_or_not(tmp_path: Path)
     slot.seal(staging, origin="build")
     rows = {line.split("\t")[1]: line.split("\t") for line in listing() if line.startswith("any\t")}
     assert rows["kustomize"][3] == "ok" and rows["kustomize"][4] == "build", rows["kustomize"]
+
+
+def test_a_release_one_binary_of_which_cannot_be_built_still_serves_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as 1.38.0-beta.0's kubelet (a module the proxy refuses) kept its KWOK beds, which need no kubelet, from starting
+    from testbed.toolchain import projects, resolve
+
+    builds: list[str] = []
+
+    def build(release, version, staging, log, tick) -> None:
+        part = "+kind" in staging.name  # the slot of a part is named by the binaries it holds
+        builds.append("part" if part else "whole")
+        if not part:
+            raise gobuild.BuildError("brick: module not available (403)")
+        (staging / "kind").write_text(f"#!/bin/sh\necho {version.removeprefix('v')}\n")
+        (staging / "kind").chmod(0o755)
+
+    monkeypatch.setitem(resolve.PROJECTS, "kind", projects.Project("kind", ("kind", "brick"), {"kind": ("x",)}, build=build))
+    monkeypatch.setitem(projects.BINARY_PROJECT, "brick", "kind")
+    cache = tmp_path / "cache"
+    got = ensure("1.34", ["kind"], cache_root=cache, allow_download=False)
+    assert got.binaries["kind"].origin == "build" and builds == ["whole", "part"]
+    again = ensure("1.34", ["kind"], cache_root=cache, allow_download=False)
+    assert again.binaries["kind"].origin == "cache" and builds == ["whole", "part"]  # no second try of the whole
+    with pytest.raises(ToolchainError, match="403"):
+        ensure("1.34", ["kind", "brick"], cache_root=cache, allow_download=False)

@@ -29,11 +29,22 @@ def cmd_toolchain_list(args: argparse.Namespace) -> int:
     print("minor\tproject\tversion\tstate\torigin\tsize")
     for key, release in sorted(RELEASES.items()):
         for project in PROJECTS.values():
-            print(_cache_row(release.label, project.name, release.project_version(project.name)))
+            version = release.project_version(project.name)
+            print(_cache_row(release.label, project.name, version))
+            for part in _part_slots(project.name, version):  # what was made of a release that could not be whole
+                print(_cache_row(release.label, project.name, part))
     # the renderers of `try -k` / `--helm`: one version for every minor, built on first use
     for name in RENDERER_PROJECTS:
         print(_cache_row("any", name, release_for(DEFAULT_MINOR).project_version(name)))
     return 0
+
+
+def _part_slots(project: str, version: str) -> list[str]:
+    """Slots holding a part of `project` `version` (named `VERSION+BINARY,...`: testbed.toolchain.resolve)."""
+    from testbed.toolchain.store import CachedRelease
+
+    folder = CachedRelease.at(project, version).root.parent
+    return sorted(p.name for p in folder.glob(f"{version}+*") if p.is_dir()) if folder.is_dir() else []
 
 
 def _cache_row(minor_key: str, project: str, version: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -121,10 +122,12 @@ def ensure_project(
     allow_download: bool = True,
     allow_build: bool = True,
     mirror: str | None = None,
+    variant: str = "",
 ) -> tuple[CachedRelease, str]:
-    """Make the cache hold a verified release of `project`; returns the slot and how it got there."""
+    """Make the cache hold a verified release of `project`; returns the slot and how it got there. A `variant`
+    names a slot of its own beside the release's (a part of its binaries: see ensure)."""
     version = release.project_version(project.name)
-    slot = CachedRelease.at(project.name, version, cache_root)
+    slot = CachedRelease.at(project.name, version + variant, cache_root)
     if not slot.problems():
         return slot, "cache"
     with slot.lock():
@@ -203,10 +206,33 @@ def ensure(
         else:
             by_project.setdefault(project.name, []).append(name)
     for project_name, names in by_project.items():
-        slot, origin = ensure_project(
-            PROJECTS[project_name], release, cache_root=cache_root,
-            allow_download=allow_download, allow_build=allow_build, mirror=mirror,
-        )
+        slot, origin = _ensure_names(PROJECTS[project_name], names, release, cache_root=cache_root,
+                                     allow_download=allow_download, allow_build=allow_build, mirror=mirror)
         for name in names:
             toolchain.binaries[name] = Binary(name, slot.path(name), origin)
     return toolchain
+
+
+def _ensure_names(project: Project, names: list[str], release: Release, **options) -> tuple[CachedRelease, str]:
+    """The slot holding `names` of `project`: the whole release's, or, where some other binary of the release
+    cannot be made here, a slot of just `names`. Seen: 1.38.0-beta.0's kubelet needs a module version the Go
+    proxy refuses (sigs.k8s.io/iptables-wrappers v1.0.0: 403), which kept a KWOK bed, needing no kubelet, from
+    its control plane. Tried in that order, so a machine that can make the whole release builds it once."""
+    subset = sorted(set(names))
+    if subset == sorted(project.binaries):
+        return ensure_project(project, release, **options)
+    whole = CachedRelease.at(project.name, release.project_version(project.name), options.get("cache_root"))
+    part = dataclasses.replace(project, binaries=tuple(subset))
+    variant = "+" + ",".join(subset)
+    if whole.problems() and not CachedRelease.at(project.name, release.project_version(project.name) + variant,
+                                                    options.get("cache_root")).problems():
+        return ensure_project(part, release, variant=variant, **options)
+    try:
+        return ensure_project(project, release, **options)
+    except ToolchainError as exc:
+        if not options.get("allow_build", True):
+            raise
+        left_out = ", ".join(sorted(set(project.binaries) - set(subset)))
+        progress.note(f"[yellow]{project.name} {release.project_version(project.name)} could not be made whole "
+                      f"({str(exc).splitlines()[0][:160]}); building only {', '.join(subset)} (not {left_out})[/yellow]")
+        return ensure_project(part, release, variant=variant, **options)
