@@ -3,10 +3,9 @@
 NVIDIA's consumable-shares demo (two replicas asking 4Gi of one GPU's memory) on a worker whose driver runs
 with `--consumable-shares memory`: the scheduler puts both claims on one device as two shares, each kubelet
 prepare succeeds, both containers run and see that one GPU through NVML, and deleting the pods unprepares
-both. With our driver also TimeSlicing (NVIDIA's `GpuConfig`): the worker's GPU gets long time slices while the
-pod holds the claim and the default again once it is gone, as the node's NVML state says. NVIDIA's plugin runs
-on kind as its chart ships it, without its TimeSlicingSettings gate, so its time slicing is compared on KWOK
-(suites/nvidia/test_sharing_cdi_parity.py).
+both. TimeSlicing (NVIDIA's `GpuConfig`), with both drivers: the worker's GPU gets long time slices while the pod
+holds the claim and the default again once it is gone, as the node's NVML state says. NVIDIA's plugin runs with
+its TimeSlicingSettings gate on (FEATURE_GATES in the driver's environment joins the gates its DaemonSets set).
 
 Two kind beds of their own (one per driver, a few minutes each): `nox -s sharing` ($DRA_TESTBED_SHARING=full).
 """
@@ -45,7 +44,9 @@ def sharing_kind(bed, request) -> Iterator[KindBed]:
 
     if os.environ.get(FULL_ENV) != "full":
         pytest.skip("shared GPUs on kind (two kind beds) run in `nox -s sharing` ($DRA_TESTBED_SHARING=full)")  # allowed in suites/skips.yaml
-    driver = DriverSpec("nvidia", NVIDIA_DRIVER, path=str(required_plugin(request.config))) if request.param == "nvidia" else DriverSpec()
+    # NVIDIA's plugin takes a GpuConfig's sharing settings only with its TimeSlicingSettings gate (off as it ships)
+    driver = DriverSpec("nvidia", NVIDIA_DRIVER, path=str(required_plugin(request.config))).with_env(
+        {"FEATURE_GATES": "TimeSlicingSettings=true"}) if request.param == "nvidia" else DriverSpec()
     workload = ensure_workload_image()
     try:
         with bed(from_flags(LAYOUT), driver, label=f"share-kind-{request.param}", backend="kind", images=(workload,),
@@ -98,7 +99,6 @@ def test_two_memory_shares_run_on_one_gpu_and_both_containers_see_it(sharing_kin
     assert [[d["uuid"] for d in s["devices"]] for s in seen.values()] == [[uuid], [uuid]], seen
 
 
-@pytest.mark.parametrize("sharing_kind", ["ours"], indirect=True)
 def test_time_slicing_sets_the_workers_gpu_while_the_pod_holds_its_claim(sharing_kind, namespace) -> None:
     bed = sharing_kind
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "sliced"},
