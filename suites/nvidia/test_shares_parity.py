@@ -26,7 +26,10 @@ from suites.nvidia.test_slice_parity import BOARDS_ENV, board_cases, on_minor, p
 
 pytestmark = pytest.mark.cluster
 # 1.34: alpha DRAConsumableCapacity, a GPU's counters beside its devices; 1.36: beta, counters apart
-MINORS = ("1.34", pytest.param("1.36", marks=pytest.mark.second_minor))
+# more minors, by hand (1.35's and 1.37's shapes equal 1.34's and 1.36's): $DRA_TESTBED_PARITY_MINORS=1.35,1.37
+MINORS_ENV = "DRA_TESTBED_PARITY_MINORS"
+MINORS = ("1.34", *(pytest.param(m, marks=pytest.mark.second_minor)
+                    for m in ["1.36", *(m for m in os.environ.get(MINORS_ENV, "").split(",") if m and m not in ("1.34", "1.36"))]))
 # NVIDIA's three kinds of value: the whole memory by default, nothing by default, and N shares beside the memory
 SHARES = ("memory", "unlimited", "4")
 
