@@ -88,6 +88,8 @@ def sharing(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "suites/properties/test_sharing_machine.py",
                 "suites/properties/test_upstream_shared_counters.py", "-q", "-ra", "--k8s", K8S, "-m", "second_minor",
                 *session.posargs, **UNTIL_CLEANED)
+    session.run("python", "-m", "pytest", "suites/plugin/test_mps_daemon.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
+                env={"DRA_TESTBED_MPS_FAULTS": "full"}, **UNTIL_CLEANED)
     session.run("python", "-m", "pytest", "suites/kind/test_kind_sharing.py", "-q", "-ra", "--k8s", K8S, *session.posargs,
                 env={"DRA_TESTBED_SHARING": "full"}, **UNTIL_CLEANED)
 
@@ -132,17 +134,45 @@ def health(session: nox.Session) -> None:
     for minor in (K8S, "1.36"):
         session.run("dra-testbed", "toolchain", "ensure", "--k8s", minor, **UNTIL_CLEANED)
         session.run("python", "-m", "pytest", "suites/nvidia/test_nvidia_health.py", "suites/health", "suites/kind/test_kind_health_taints.py",
+                    "suites/kind/test_kind_pod_health.py",
                     "-q", "-ra", "--k8s", minor,
                     *session.posargs, env={"DRA_TESTBED_NVIDIA_HEALTH": "full"}, **UNTIL_CLEANED)
+    # the failing-GPU machine and its proofs (suites/health/test_health_machine.py), once: it runs on any minor
+    session.run("python", "-m", "pytest", "suites/health/test_health_machine.py", "-q", "-ra", "--k8s", K8S,
+                *session.posargs, env={"DRA_TESTBED_HEALTH_MACHINE": "full"}, **UNTIL_CLEANED)
 
 
 @nox.session
 def install(session: nox.Session) -> None:
     """`dra-testbed install` and `uninstall` of the chart into a live KWOK bed playing the user's cluster
-    (suites/install with $DRA_TESTBED_INSTALL=full; `nox -s tests` renders, lints and checks the chart)."""
+    (suites/install with $DRA_TESTBED_INSTALL=full; `nox -s tests` renders, lints and checks the chart)
+    and into a kind bed, where its KWOK controller and publisher run as pods (test_install_kind.py)."""
     _prepare(session)
     session.run("python", "-m", "pytest", "suites/install", "-q", "-ra", "--k8s", K8S, *session.posargs,
                 env={"DRA_TESTBED_INSTALL": "full"}, **UNTIL_CLEANED)
+
+
+@nox.session
+def kueue(session: nox.Session) -> None:
+    """Kueue built from its Go module (minutes cold, cached per version) and run as a host process against a KWOK
+    bed of our driver: quota for one GPU by DeviceClass admits one Job and holds the second (suites/kueue with
+    $DRA_TESTBED_KUEUE=full)."""
+    _prepare(session)
+    session.run("python", "-m", "pytest", "suites/kueue", "-q", "-ra", "--k8s", K8S, *session.posargs,
+                env={"DRA_TESTBED_KUEUE": "full"}, **UNTIL_CLEANED)
+
+
+@nox.session(name="claim-status")
+def claim_status(session: nox.Session) -> None:
+    """status.devices on live KWOK beds: our plugin's device status (suites/driver/test_device_status_live.py) and
+    fabric-attached GPUs' binding conditions (suites/driver/test_fabric_attach_live.py), each with its fault-switch
+    bed too ($DRA_TESTBED_DEVICE_STATUS_LIVE=full, $DRA_TESTBED_FABRIC_ATTACH_LIVE=full), on K8S and on 1.36, the first
+    minor whose scheduler waits for binding conditions by default (a few minutes)."""
+    _prepare(session)
+    for minor in dict.fromkeys((K8S, "1.36")):
+        session.run("python", "-m", "pytest", "suites/driver/test_device_status_live.py", "suites/driver/test_fabric_attach_live.py",
+                    "-q", "-ra", "--k8s", minor, *session.posargs,
+                    env={"DRA_TESTBED_DEVICE_STATUS_LIVE": "full", "DRA_TESTBED_FABRIC_ATTACH_LIVE": "full"}, **UNTIL_CLEANED)
 
 
 @nox.session(name="plugin-host")
@@ -285,3 +315,16 @@ def ai_conformance(session: nox.Session) -> None:
     _nvidia_plugin(session)
     session.run("python", "-m", "pytest", "suites/aiconformance", "-q", "-ra", "--k8s", K8S, "-k", "bed_of_its_own",
                 env={"DRA_TESTBED_AI_CONFORMANCE": "full"}, **UNTIL_CLEANED)
+
+
+@nox.session
+def features137(session: nox.Session) -> None:
+    """Kubernetes 1.37 features on KWOK beds of our driver (suites/driver/test_gang_scheduling_live.py, about five
+    minutes): gang scheduling of multi-node GPU jobs (whole and MIG) and a PodGroup's shared claim, a 1.36 bed
+    refusing the v1beta1 PodGroup, compatibility groups keeping whole and MIG apart under counters-undeclared,
+    list-type numaNode selected by includes(); `nox -s tests` runs the slice checks of test_compatibility_groups.py."""
+    _prepare(session)
+    for minor in ("1.36", "1.37"):
+        session.run("dra-testbed", "toolchain", "ensure", "--k8s", minor, **UNTIL_CLEANED)
+    session.run("python", "-m", "pytest", "suites/driver/test_gang_scheduling_live.py", "-q", "-ra", "--durations=10",
+                *session.posargs, env={"DRA_TESTBED_FEATURES_137": "full"}, **UNTIL_CLEANED)

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"kind: the kubelets' crash-loop back-off cap in seconds, {BACKOFF_RANGE[0]}-{BACKOFF_RANGE[1]} "
                         f"(default 10; {BACKOFF_RANGE[1]} is the kubelet's default)")
     p.add_argument("--report", type=Path, default=Path("reports/campaign"))
+    p.add_argument("--gpu-failures", type=int, default=0, metavar="N", help="GPUs failed and healed beside the kills of the clean run (KWOK)")
     p.add_argument("--label", default="bench", help="part of the clusters' names (campaign-LABEL-...), so that runs side by side do not collide")
     args = p.parse_args(argv)
     try:
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--kills and --fault-kills must be >= 0 and --interval 0 < MIN <= MAX, finite")
     if not BACKOFF_RANGE[0] <= args.restart_backoff <= BACKOFF_RANGE[1]:
         p.error(f"--restart-backoff {args.restart_backoff}: the kubelet takes {BACKOFF_RANGE[0]} to {BACKOFF_RANGE[1]} seconds")
+    if args.gpu_failures < 0 or (args.gpu_failures and args.backend != "kwok"):
+        p.error(f"--gpu-failures {args.gpu_failures}: valid: 0, or a count >= 1 with --backend kwok (it writes KWOK nodes' fake NVML)")
     if args.examples < 1 or args.steps < 1:
         p.error("--examples and --steps must be >= 1")
     try:
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "kind":
         settings["restart_backoff_max"] = args.restart_backoff
     with campaign_cluster(args.backend, CAMPAIGN_LAYOUT, [], f"{args.label}-{os.getpid()}", args.k8s, **settings) as session:
-        save("kills", session.run(args.kills, first_seed=args.seed, interval=(lo, hi), max_seeds=CLEAN_MAX_SEEDS))
+        save("kills", session.run(args.kills, first_seed=args.seed, interval=(lo, hi), max_seeds=CLEAN_MAX_SEEDS, gpu_failures=args.gpu_failures))
         save("zero kills", session.run(0, seeds=[s.seed for s in runs["kills"].seeds]))
     for fault in faults:
         # a leak is what is still there 30 s after the claims are gone (the clean runs allow 60 s)
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     chaos, calm = runs["kills"], runs["zero kills"]
     print(f"wall with {len(chaos.kills)} kills / zero kills on the same seeds: {chaos.wall:.0f}s / {calm.wall:.0f}s = "
           f"{chaos.wall / max(calm.wall, 1e-9):.2f}x; verdicts {'equal' if chaos.verdicts() == calm.verdicts() else 'DIFFER'}")
+    if chaos.gpu_failures:
+        print(f"GPU failures beside the kills: {chaos.gpu_failures}; leaks {chaos.leaks}, double allocations {chaos.double_allocations}")
     problems = judge(runs)
     print(f"wall {time.monotonic() - started:.0f}s; report: {args.report / 'campaign.json'}")
     for line in problems:

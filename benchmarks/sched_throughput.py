@@ -41,7 +41,9 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from unittest.mock import patch
 
 from filelock import FileLock
@@ -63,24 +65,41 @@ from testbed.toolchain.gobuild import kubernetes_wrapper, run_go
 from testbed.toolchain.resolve import ensure
 
 from publish_scale import cpu_seconds, processes, show_cpu  # the benchmark beside this one
+from sched_shapes import api_path, claim_pod, claim_template, one_device
 
 GOAL = 0.9
 WORKLOAD = "BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes$"
 PERF_PACKAGE = "k8s.io/kubernetes/test/integration/scheduler_perf/dra"
+
+
+@dataclass(frozen=True)
+class BedWorkload:
+    """What a bed leg runs: `prepare(api)` once (classes, rules, slices), then `pods(api, namespace, count)` with
+    `init` pods in namespace init (not measured) and `measured` in namespace test."""
+
+    init: int
+    measured: int
+    prepare: Callable[[client.ApiClient], None]
+    pods: Callable[[client.ApiClient, str, int], "Throughput"]
+
+
 LEG_NAMES = {"perf": "scheduler_perf", "pre": "pre-created slices", "ours": "ours",
              "ours-perf-gates": "ours with scheduler_perf's gates"}
 
 
 # ----------------------------------------------------------------------------- scheduler_perf
-def perf_binary(minor: str) -> tuple[Path, Path]:
-    """scheduler_perf's DRA test binary for `minor` (built once, cached) and its package's source directory."""
+def perf_binary(minor: str, package: str = PERF_PACKAGE) -> tuple[Path, Path]:
+    """scheduler_perf's test binary of `package` (the DRA one or a feature's beside it, ../dra/<feature>) for
+    `minor` (built once, cached) and the package's source directory."""
     release = release_for(minor)
     staging = "v0." + release.kubernetes.removeprefix("v").split(".", 1)[1]
     folder = cache_root() / "scheduler-perf" / release.kubernetes
     folder.mkdir(parents=True, exist_ok=True)
+    # the DRA package keeps the name it had before the feature packages got binaries of their own
+    stem = "dra" if package == PERF_PACKAGE else package.removeprefix(PERF_PACKAGE + "/").replace("/", "-")
     with FileLock(str(folder) + ".lock"):
-        binary = folder / "dra.test"
-        source = folder / "source"
+        binary = folder / f"{stem}.test"
+        source = folder / ("source" if stem == "dra" else f"{stem}.source")
         if not binary.exists():
             log = folder.with_name(f"{folder.name}.build.log")  # not with_suffix: v1.34.4 has a dot
             framework = PERF_PACKAGE.rsplit("/", 1)[0]
@@ -92,26 +111,32 @@ def perf_binary(minor: str) -> tuple[Path, Path]:
                 # imports compiles nearly all of it package by package, shown, and the test build reuses it
                 run_go([go_binary(), "build", "-v", framework], work, log, building.tick, go_env())
                 building.update("compiling the test package and linking it")
-                run_go([go_binary(), "test", "-c", "-o", str(binary.with_suffix(".partial")), PERF_PACKAGE], work, log,
+                run_go([go_binary(), "test", "-c", "-o", str(binary.with_suffix(".partial")), package], work, log,
                        None, go_env())
             binary.with_suffix(".partial").replace(binary)
-            source.write_text(str(module / "test/integration/scheduler_perf/dra"))
+            source.write_text(str(module / package.removeprefix("k8s.io/kubernetes/")))
         return binary, Path(source.read_text())
 
 
-def scheduler_perf(minor: str) -> dict[str, float]:
-    """scheduler_perf's SchedulingThroughput (Average, Perc50, Perc90...) for the workload, run here now."""
-    binary, package = perf_binary(minor)
+def scheduler_perf(minor: str, package: str = PERF_PACKAGE, workload: str = WORKLOAD,
+                   labels: str = "performance", cwd: Path | None = None) -> dict[str, float]:
+    """scheduler_perf's SchedulingThroughput (Average, Perc50, Perc90...) for `workload` of `package` (a
+    -test.bench pattern) among the test cases carrying `labels`, run here now, in `cwd` (where the binary reads
+    performance-config.yaml; the package's source by default)."""
+    binary, source = perf_binary(minor, package)
     etcd = ensure(minor, ["etcd"]).path("etcd")
     env = dict(os.environ, PATH=f"{etcd.parent}{os.pathsep}{os.environ['PATH']}")
     with tempfile.TemporaryDirectory(prefix="sched-perf-") as items:
-        out = subprocess.run([str(binary), "-test.run", "^$", "-test.bench", WORKLOAD, "-test.benchtime", "1ns",
-                              "-perf-scheduling-label-filter=performance", f"-data-items-dir={items}"],
-                             cwd=package, env=env, capture_output=True, text=True, timeout=3600)
+        out = subprocess.run([str(binary), "-test.run", "^$", "-test.bench", workload, "-test.benchtime", "1ns",
+                              f"-perf-scheduling-label-filter={labels}", f"-data-items-dir={items}"],
+                             cwd=cwd or source, env=env, capture_output=True, text=True, timeout=3600)
         for result in Path(items).glob("*.json"):
             for item in json.loads(result.read_text())["dataItems"]:
                 if item["labels"].get("Metric") == "SchedulingThroughput":
                     return item["data"]
+    if "Failed to measure SchedulingThroughput" in out.stdout + out.stderr:  # its collector got no 1 s sample
+        raise RuntimeError("scheduler_perf scheduled the measured pods in under a second: no throughput sample; "
+                           "give more pods")
     tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
     raise RuntimeError(f"scheduler_perf gave no SchedulingThroughput (exit {out.returncode}):\n{tail}")
 
@@ -191,30 +216,36 @@ class Throughput:
 
 def claim_pods(api: client.ApiClient, namespace: str, count: int, device_class: str) -> Throughput:
     """A namespace with scheduler_perf's claim template (one device of `device_class`) and `count` pods using it."""
-    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    return pods_in(api, namespace, count, claim_template([one_device(device_class)]), claim_pod)
+
+
+def pods_in(api: client.ApiClient, namespace: str, count: int, template: dict | None,
+            pod: Callable[[int], dict]) -> Throughput:
+    """A namespace with `template` (a ResourceClaimTemplate, if any) and `count` pods `pod(i)`, watched."""
+    core = client.CoreV1Api(api)
     create_namespace(core, namespace)
-    resource.create_namespaced_resource_claim_template(namespace, {
-        "metadata": {"name": "test-claim-template"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": device_class}}]}}}})
+    if template:
+        rest.create(api, api_path(template, namespace), template)
     collector = Throughput(core, namespace)
-    body = lambda i: {"metadata": {"name": f"test-dra-{i}"}, "spec": {  # noqa: E731
-        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1", "resources": {"claims": [{"name": "resource"}]}}],
-        "resourceClaims": [{"name": "resource", "resourceClaimTemplateName": "test-claim-template"}]}}
     # Created by path (fake_gpus.driver.rest), not through the typed API: these pods are created inside the
     # measured window, on the cores the scheduler runs on, and a typed create_namespaced_pod costs 3.7 ms of
     # this script's CPU per pod against 0.9 ms so (1,000 pods each way).
     path = f"/api/v1/namespaces/{namespace}/pods"
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda i: rest.create(api, path, body(i)), range(count)))
+        list(pool.map(lambda i: rest.create(api, path, pod(i)), range(count)))
     return collector
 
 
-def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool, perf_gates: bool = False) -> dict[str, float]:
+def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool, perf_gates: bool = False,
+        workload: BedWorkload | None = None, prefix: str = "tput") -> dict[str, float]:
     """Throughput of the measured pods on a fresh KWOK bed, with the publisher running or stopped; with
-    `perf_gates`, the control plane gets no gates beyond the release's defaults (as the workload's)."""
-    name = f"tput-{uuid.uuid4().hex[:6]}"
+    `perf_gates`, the control plane gets no gates beyond the release's defaults (as the workload's). `workload`
+    replaces the default one (`pods` init pods then as many measured, one device of the driver's class each)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     cluster = cluster_for("kwok", name)
     layout = Layout(tuple(NodeSpec(f"gpu-{i:04d}", "h100-80gb", gpus, Mode("whole")) for i in range(nodes)))
+    workload = workload or BedWorkload(pods, pods, lambda api: None,
+                                       lambda api, namespace, count: claim_pods(api, namespace, count, "gpu.nvidia.com"))
     try:
         # the workload sets DynamicResourceAllocation only, on by default since 1.34: no gate of the bed's
         with patch.dict(FEATURE_GATES, {release_for(minor).minor: ()} if perf_gates else {}):
@@ -225,10 +256,13 @@ def bed(minor: str, nodes: int, gpus: int, pods: int, publisher: bool, perf_gate
         if not publisher:
             launch.stop_publisher(cluster.home)  # its slices stay: the bed now has pre-created slices only
         api = cluster.api_client()
-        for namespace, measured in (("init", False), ("test", True)):
+        workload.prepare(api)
+        for namespace, count, measured in (("init", workload.init, False), ("test", workload.measured, True)):
+            if not count:
+                continue
             before = cpu_seconds(processes(cluster)) if measured else {}
-            collector = claim_pods(api, namespace, pods, "gpu.nvidia.com")
-            collector.wait(pods, timeout=3600)
+            collector = workload.pods(api, namespace, count)
+            collector.wait(count, timeout=3600)
             if measured:
                 # where the two cores went while the measured pods were created and scheduled: the scheduler's
                 # share of it is what the control plane's other processes leave it

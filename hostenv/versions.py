@@ -52,7 +52,9 @@ class Release:
 # The tools `try -k` and `--helm` render manifests with; they only write YAML, so one version serves every
 # minor. Helm 4 is Helm's current major; kustomize v5.8.3 needs Go 1.27,
 # v5.8.2 is the newest that builds with Go 1.26.
-RENDERERS: dict[str, str] = {"helm": "v4.3.2", "kustomize": "v5.8.2"}
+# Kueue (a tool, not a renderer, kept here for the same reason: one build serves every minor) is v0.17.0, the
+# newest the proxy serves; its DRA support (deviceClassMappings) is what the kueue suite exercises.
+RENDERERS: dict[str, str] = {"helm": "v4.3.2", "kustomize": "v5.8.2", "kueue": "v0.17.0"}
 
 # Patch releases are the newest that the Go module proxy serves for each minor; etcd follows
 # kubeadm's pairing; kind v0.30.0 is the first kind that defaults to a 1.34 node image.

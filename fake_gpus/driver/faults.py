@@ -49,6 +49,15 @@ FAULTS: dict[str, str] = {
     "admin-access-refused": "a whole GPU already prepared for one claim is refused to a second (admin-access) claim",
     "nvml-chooses-placement": "a dynamic MIG device is created where NVML puts a new instance of its profile, not at the allocated placement",
     "sharing-ignored": "prepare succeeds but applies no sharing strategy (TimeSlicing sets no time slice, MPS starts no control daemon)",
+    # device status (fake_gpus/driver/kubeletplugin/device_status.py)
+    "device-status-missing": "prepare succeeds but writes no status.devices entries (no Ready condition, no UUIDs) into the claim",
+    "device-status-left": "unprepare leaves the plugin's status.devices entries in the claim",
+    # fabric-attached GPUs ($DRA_TESTBED_FABRIC_ATTACH; fake_gpus/driver/fabric_attach.py)
+    "binding-condition-never-set": "the fabric-attach controller never sets a claim's dra-testbed.io/attached condition, "
+                                   "so the scheduler never binds its pod",
+    "health-stream-always-healthy": "the health stream (dra-health/v1alpha1) reports every device healthy, failed GPUs included",
+    "mps-limits-ignored": "an MPS claim's control daemon starts without the claim's active thread percentage and pinned memory limits",
+    "mps-daemon-left-behind": "unprepare of an MPS claim leaves its control daemon (its Deployment) running",
 }
 
 NVML_PLACES_FAULT = "nvml-chooses-placement"  # read by the NVML adapter (nvml_adapter.Nvml.open)

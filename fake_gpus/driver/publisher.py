@@ -30,7 +30,8 @@ from typing import Callable
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from fake_gpus.driver import rest
+from fake_gpus.driver import fabric_attach, rest
+from fake_gpus.driver.claim_status import api_apply
 from fake_gpus.driver.credentials import NodeTokens
 from fake_gpus.driver.health_watch import ADDITIONAL_XIDS_ENV, HealthWatch, library_dir_of, tainted
 from fake_gpus.driver.identity import DriverIdentity
@@ -48,6 +49,7 @@ WORKERS = 8  # concurrent API writes
 MACHINE_WORKERS = 4  # threads making nodes' hardware files (first publish)
 IN_FLIGHT = 256  # slices stamped but not yet written, at most (first publish)
 NODES, SLICES = "/api/v1/nodes", "/apis/resource.k8s.io/v1/resourceslices"
+CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"  # every namespace's (the fabric-attach controller)
 # makes a node's hardware in its state dir (the machine's part); fresh=True: remade as asked, nothing kept
 Provision = Callable[..., object]
 
@@ -133,6 +135,7 @@ class Publisher:
         self.started = False  # past the first publish: nodes seen from now on joined later
         # device health of nodes whose mode asks for it: a monitor process each, its taints on the devices
         self.health = HealthWatch(library_dir_of(nvml), identity.driver, os.environ.get(ADDITIONAL_XIDS_ENV, ""))
+        self.attach_delay = fabric_attach.attach_delay(os.environ)  # fabric-attached GPUs (binding conditions); None: off
 
     # ----------------------------------------------------------------- hardware side
     def state_dir(self, node: str) -> Path:
@@ -160,7 +163,8 @@ class Publisher:
             if inv is None:
                 raise
         stamped = self.stamper.stamp(cfg.name, cfg.uid, inv, cfg.mode)
-        return tainted(stamped, self.identity.driver, self.health.taints(cfg.name), self.faults, self.limits.taint_effect_none)
+        stamped = tainted(stamped, self.identity.driver, self.health.taints(cfg.name), self.faults, self.limits.taint_effect_none)
+        return stamped if self.attach_delay is None else fabric_attach.with_binding_conditions(stamped)
 
     def sync(self, cfg: NodeConfig) -> list[Future]:
         """Publish the node's slices if they differ from what is published; returns the pending writes."""
@@ -387,6 +391,9 @@ class Publisher:
     def run(self, ready_file: Path | None) -> None:
         resource_version = self.initial()
         self.started = True
+        if self.attach_delay is not None:  # the fabric manager: attaches what the scheduler waits for
+            fabric_attach.AttachController(self.identity.driver, self.attach_delay, lambda: pages(rest.lister(self.api, CLAIMS)),
+                                           api_apply(self.api), self.faults).start(self.stop)
         if ready_file:
             ready_file.write_text(f"{os.getpid()}\n")
         events: queue.Queue = queue.Queue()

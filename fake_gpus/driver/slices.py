@@ -12,6 +12,7 @@ pkg/apis/resource/validation of each release).
 from __future__ import annotations
 
 import functools
+import os
 import uuid as uuid_module
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -33,6 +34,26 @@ from fake_gpus.driver.nvml_adapter import Gpu, MigProfile, NodeInventory, Placem
 from fake_gpus.node import Mode
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dra-testbed"}
+
+# Kubernetes 1.37's alpha DRADeviceCompatibilityGroups, opt-in only: NVIDIA's driver publishes no groups, and
+# by default our slices stay byte-for-byte what it publishes (testbed/drivers/nvidia/parity.py).
+COMPATIBILITY_GROUPS_ENV = "DRA_TESTBED_COMPATIBILITY_GROUPS"
+WHOLE_GPU_GROUP, MIG_GROUP = "whole-gpu", "mig"
+
+
+def compatibility_groups_on(environ: dict[str, str] | None = None) -> bool:
+    """Whether this process publishes compatibility groups ($DRA_TESTBED_COMPATIBILITY_GROUPS=1)."""
+    return (os.environ if environ is None else environ).get(COMPATIBILITY_GROUPS_ENV, "") == "1"
+
+
+# DRAListTypeAttributes (Kubernetes alpha since 1.36; NVIDIA's driver has a gate of the same name, off by
+# default): opt-in as there, since a server without the gate does not take list values
+LIST_ATTRIBUTES_ENV = "DRA_TESTBED_LIST_ATTRIBUTES"
+
+
+def list_attributes_on(environ: dict[str, str] | None = None) -> bool:
+    """Whether this process publishes list-type attributes ($DRA_TESTBED_LIST_ATTRIBUTES=1)."""
+    return (os.environ if environ is None else environ).get(LIST_ATTRIBUTES_ENV, "") == "1"
 
 
 class SliceLimitError(ValueError):
@@ -103,7 +124,9 @@ def _attributes(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str
     if gpu.pcie_root:
         attributes["resource.kubernetes.io/pcieRoot"] = {"string": gpu.pcie_root}
     if gpu.numa_node is not None:
-        attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.numa_node}
+        # as NVIDIA's driver with its DRAListTypeAttributes gate on: the NUMA node as a one-element list
+        value = {"ints": [gpu.numa_node]} if list_attributes_on() else {"int": gpu.numa_node}
+        attributes["resource.kubernetes.io/numaNode"] = value
     return attributes
 
 
@@ -195,9 +218,9 @@ def counter_set(gpu: Gpu, faults: frozenset[str] = frozenset()) -> dict:
 
 
 def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: frozenset[str] = frozenset(),
-                          full_gpu: bool = True) -> list[dict]:
+                          full_gpu: bool = True, groups: bool = False) -> list[dict]:
     """The full GPU (unless not `full_gpu`) and every profile x placement, each consuming its share of the
-    GPU's counter set."""
+    GPU's counter set; with `groups`, the full GPU and the MIG devices in disjoint compatibility groups."""
     full = whole_gpu_device(gpu, inv, driver, faults)
     # as NVIDIA's driver: the partitionable full GPU offers every engine, memory of the largest profile
     totals = counter_totals(gpu.profiles)
@@ -207,6 +230,10 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
     if "counters-undeclared" not in faults:
         full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                      "counters": _counters(counter_totals(gpu.profiles), range(gpu.memory_slices))}]
+    elif groups:  # the group needs a consumption entry to ride on: one that takes nothing
+        full["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor), "counters": _counters({"memory": 0}, ())}]
+    if groups:  # a GPU is whole or partitioned, never both: the full GPU shares no group with a MIG device
+        full["consumesCounters"][0]["compatibilityGroups"] = [WHOLE_GPU_GROUP]
     devices = [full] if full_gpu else []
     for profile in gpu.profiles:
         for placement in profile.placements:
@@ -217,6 +244,8 @@ def partitionable_devices(gpu: Gpu, inv: NodeInventory, driver: str, faults: fro
             device = mig_device(gpu, inv, driver, profile, placement, faults=faults)
             device["consumesCounters"] = [{"counterSet": counter_set_name(gpu.minor),
                                            "counters": _counters(_profile_values(profile), slices)}]
+            if groups:
+                device["consumesCounters"][0]["compatibilityGroups"] = [MIG_GROUP]
             devices.append(device)
     # NVIDIA's driver announces a GPU's devices sorted by name (byte order), the full GPU first
     return sorted(devices, key=lambda d: d["name"].encode())
@@ -332,7 +361,8 @@ def split(groups: list[tuple[dict | None, list[dict]]], limits: ApiLimits, per_g
     return _first_fit(units, limits, frozenset(fresh))
 
 
-def device_groups(inv: NodeInventory, mode: Mode, driver: str, faults: frozenset[str] = frozenset()) -> list[tuple[dict | None, list[dict]]]:
+def device_groups(inv: NodeInventory, mode: Mode, driver: str, faults: frozenset[str] = frozenset(),
+                  groups: bool = False) -> list[tuple[dict | None, list[dict]]]:
     """Per GPU: its counter set (dynamic MIG only) and its devices, shareable where the mode says (NVIDIA's
     driver makes every device it publishes shareable under --consumable-shares: whole GPUs, static MIG
     devices, the partitionable full GPU and its MIG devices)."""
@@ -340,17 +370,18 @@ def device_groups(inv: NodeInventory, mode: Mode, driver: str, faults: frozenset
         return [apply_consumable_shares(d, mode.shares, faults) for d in devices] if mode.shares else devices
 
     if mode.kind == "dynamic-mig":
-        groups = []
+        per_gpu = []
         for gpu in inv.gpus:
             offer = gpu.dynamic_offer
             if offer.partitions and gpu.profiles:
                 counters = counter_set(gpu, faults)
                 if offer.full_gpu:
                     counters = shared_counter_set(counters, mode.shares)
-                groups.append((counters, shared(partitionable_devices(gpu, inv, driver, faults, offer.full_gpu))))
+                devices = partitionable_devices(gpu, inv, driver, faults, offer.full_gpu, groups)
+                per_gpu.append((counters, shared(devices)))
             else:  # no MIG, or Ampere with MIG mode off: offered whole, consuming nothing
-                groups.append((None, shared([whole_gpu_device(gpu, inv, driver, faults)])))
-        return groups
+                per_gpu.append((None, shared([whole_gpu_device(gpu, inv, driver, faults)])))
+        return per_gpu
     return [(None, shared(live_devices(gpu, inv, driver, faults))) for gpu in inv.gpus]
 
 
@@ -359,12 +390,15 @@ def slice_name(node: str, driver: str, index: int) -> str:
 
 
 def build_slices(node: str, inv: NodeInventory, mode: Mode, limits: ApiLimits, identity: DriverIdentity,
-                 faults: frozenset[str] = frozenset(), generation: int = 1, node_uid: str | None = None) -> list[dict]:
-    """Every ResourceSlice of `node`'s pool (pool = node name) at `generation`."""
+                 faults: frozenset[str] = frozenset(), generation: int = 1, node_uid: str | None = None,
+                 groups: bool | None = None) -> list[dict]:
+    """Every ResourceSlice of `node`'s pool (pool = node name) at `generation`; compatibility `groups` as the
+    environment says unless given."""
     # NVIDIA's dynamic-MIG pools: a slice per GPU; on 1.35+ the counter sets' slice first wherever a GPU
     # has MIG (driver.go NewDriver chooses split slices only then; generateSplitResourceSlices)
     dynamic = mode.kind == "dynamic-mig"
-    parts = split(device_groups(inv, mode, identity.driver, faults), limits, per_gpu=dynamic,
+    groups = compatibility_groups_on() if groups is None else groups
+    parts = split(device_groups(inv, mode, identity.driver, faults, groups), limits, per_gpu=dynamic,
                   counter_slice=dynamic and any(gpu.mig_capable for gpu in inv.gpus))
     if not parts:
         parts = [_Slice()]  # an empty pool still says so: one slice without devices

@@ -4,6 +4,9 @@ Layout (the C library parses the same format, see src/core.c):
   gpus  "fake-nvml-gpus 1", then "gpu <index> <board-key> <minor> <GPU-uuid> <serial> <bus-id>"
   mig   "fake-nvml-mig 1", then "mode <gpu> <cur> <pending>", "gi <gpu> <id> <profile-id> <start> <size>",
         "ci <gpu> <gi-id> <ci-id> <profile-id> <start> <size> <MIG-uuid>"
+  mps   "fake-nvml-mps 1", then "daemon <gpu> <pid> <thread-percentage|-> <pinned-MiB|-> <multi-user 0|1> <pipe-dir>":
+        MPS control daemons (one line per GPU a daemon serves), written by the stand-in nvidia-cuda-mps-control
+        (mps_control.py) while it runs; a missing file means none.
   lock  flock()ed by every reader (shared) and writer (exclusive); files are replaced by rename.
   proc/driver/...  the instances' nvidia-caps capability files, rewritten with mig (capabilities.py).
 """
@@ -34,6 +37,8 @@ _GPU_LINE = re.compile(rf"gpu (\d+) (\S+) (\d+) (GPU-{_UUID_RE}) (\S{{1,31}}) ([
 _MODE_LINE = re.compile(r"mode (\d+) ([01]) ([01])")
 _GI_LINE = re.compile(r"gi (\d+) (\d+) (\d+) (\d+) (\d+)")
 _CI_LINE = re.compile(rf"ci (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (MIG-{_UUID_RE})")
+MPS_MAGIC = "fake-nvml-mps"
+_MPS_LINE = re.compile(r"daemon (\d+) (\d+) (\d+|-) (\d+|-) ([01]) (/\S*)")
 
 
 class StateError(ValueError):
@@ -68,6 +73,19 @@ class ComputeInstanceRecord:
     start: int
     size: int
     uuid: str
+
+
+@dataclass(frozen=True)
+class MpsDaemonRecord:
+    """One GPU an MPS control daemon serves, with the defaults its clients get (None: never set, the daemon's own:
+    100 % of the threads, no pinned-memory limit)."""
+
+    gpu: int
+    pid: int
+    active_thread_percentage: int | None
+    pinned_mib: int | None
+    multi_user: bool
+    pipe_dir: str
 
 
 @dataclass
@@ -155,6 +173,18 @@ def locked(path: Path, exclusive: bool) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _matches(f: Path, lines: Sequence[str], pattern: re.Pattern[str], want: str) -> Iterator[tuple[int, re.Match[str]]]:
+    """(line number, match) of each line of a state file after its magic line, blanks and comments left out;
+    StateError naming the line when one does not match `pattern` (`want` says what it should be)."""
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = pattern.fullmatch(line.strip())
+        if not m:
+            raise StateError(f"{f}:{n}: malformed line {line!r} (want: {want})")
+        yield n, m
+
+
 def _read_gpus(path: Path) -> list[GpuRecord]:
     keys = board_keys()
     f = path / "gpus"
@@ -166,12 +196,7 @@ def _read_gpus(path: Path) -> list[GpuRecord]:
     if lines[0].strip() != f"{GPUS_MAGIC} {FORMAT_VERSION}":
         raise StateError(f"{f}: format {lines[0].strip()!r} not supported (want '{GPUS_MAGIC} {FORMAT_VERSION}')")
     records = []
-    for n, line in enumerate(lines[1:], start=2):
-        if not line.strip() or line.startswith("#"):
-            continue
-        m = _GPU_LINE.fullmatch(line.strip())
-        if not m:
-            raise StateError(f"{f}:{n}: malformed line {line!r} (want: gpu INDEX BOARD MINOR GPU-UUID SERIAL BUSID)")
+    for n, m in _matches(f, lines, _GPU_LINE, "gpu INDEX BOARD MINOR GPU-UUID SERIAL BUSID"):
         index, board = int(m[1]), m[2]
         if index != len(records):
             raise StateError(f"{f}:{n}: GPU index {index} out of order (want {len(records)})")
@@ -297,3 +322,45 @@ def refresh_capabilities(path: str | os.PathLike[str]) -> None:
     with locked(p, exclusive=True):
         gpus = _read_gpus(p)
         capabilities.write_tree(p, gpus, _read_mig(p, gpus))
+
+
+def _format_mps(daemons: Sequence[MpsDaemonRecord]) -> str:
+    dash = lambda v: "-" if v is None else str(v)  # noqa: E731
+    lines = [f"{MPS_MAGIC} {FORMAT_VERSION}"]
+    lines += [f"daemon {d.gpu} {d.pid} {dash(d.active_thread_percentage)} {dash(d.pinned_mib)} {int(d.multi_user)} {d.pipe_dir}"
+              for d in sorted(daemons, key=lambda d: (d.gpu, d.pid))]
+    return "\n".join(lines) + "\n"
+
+
+def _read_mps(path: Path, n_gpus: int) -> list[MpsDaemonRecord]:
+    f = path / "mps"
+    if not f.is_file():
+        return []
+    lines = f.read_text(errors="replace").splitlines()
+    if not lines or lines[0].strip() != f"{MPS_MAGIC} {FORMAT_VERSION}":
+        raise StateError(f"{f}: not a fake-nvml MPS state file (first line must be '{MPS_MAGIC} {FORMAT_VERSION}')")
+    out = []
+    for n, m in _matches(f, lines, _MPS_LINE, "daemon GPU PID THREAD%|- PINNED-MIB|- MULTIUSER PIPE-DIR"):
+        gpu = int(m[1])
+        if gpu >= n_gpus:
+            raise StateError(f"{f}:{n}: MPS daemon on GPU {gpu}, but the node has {n_gpus}")
+        opt = lambda v: None if v == "-" else int(v)  # noqa: E731
+        out.append(MpsDaemonRecord(gpu, int(m[2]), opt(m[3]), opt(m[4]), m[5] == "1", m[6]))
+    return out
+
+
+def read_mps_daemons(path: str | os.PathLike[str]) -> list[MpsDaemonRecord]:
+    """The MPS control daemons a node's state lists (one record per GPU each serves); StateError if corrupt."""
+    p = Path(path)
+    validate_state_dir(p)
+    with locked(p, exclusive=False):
+        return _read_mps(p, len(_read_gpus(p)))
+
+
+def update_mps_daemons(path: str | os.PathLike[str], pid: int, records: Sequence[MpsDaemonRecord]) -> None:
+    """Replace the records of daemon `pid` by `records` (none: the daemon is gone), under the state lock."""
+    p = Path(path)
+    validate_state_dir(p)
+    with locked(p, exclusive=True):
+        kept = [d for d in _read_mps(p, len(_read_gpus(p))) if d.pid != pid]
+        _write_atomic(p / "mps", _format_mps(kept + list(records)))

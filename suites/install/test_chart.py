@@ -70,3 +70,18 @@ def test_readme_is_generated_from_values() -> None:
     from testbed.install.readme import chart_readme
 
     assert (CHART / "README.md").read_text() == chart_readme(CHART), "regenerate: python -m testbed.install.readme"
+
+
+def test_values_point_the_deployments_at_the_images_built_offline() -> None:
+    """The images `fleet_images` builds for clusters that pull nothing (kind): the Deployments run them, and the
+    publisher's config names the fake NVML folder where the driver image carries it."""
+    from testbed.clusters.kind.images.driver_image import NVML_IN_IMAGE
+
+    objects = [o for o in yaml.safe_load_all(render(load_layout(LAYOUT), "r1", "ns1", image="dra-testbed/driver:abc",
+                                                    kwok_image="dra-testbed/kwok:v0.8.0-def")) if o]
+    images = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]["image"] for o in objects if o["kind"] == "Deployment"}
+    assert images == {"r1-publisher": "dra-testbed/driver:abc", "r1-kwok": "dra-testbed/kwok:v0.8.0-def"}
+    config = json.loads(next(o for o in objects if o["metadata"]["name"] == "r1-publisher" and o["kind"] == "ConfigMap")["data"]["config.json"])
+    assert config["nvml_lib_dir"] == NVML_IN_IMAGE
+    kwok = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-kwok")
+    assert "--manage-nodes-with-label-selector=dra-fake-gpus.io/release=r1" in kwok["spec"]["template"]["spec"]["containers"][0]["args"]

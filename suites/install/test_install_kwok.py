@@ -18,19 +18,9 @@ from typing import Iterator
 
 import pytest
 
-CLI = [sys.executable, "-m", "testbed.cli"]
+from suites.install.cluster_objects import FULL_ENV, POD, RELEASE, kubectl as _kubectl, objects as _objects, run_cli as _run
+
 pytestmark = pytest.mark.cluster
-# "full": install into a live bed (over a minute); `nox -s tests` renders, lints and checks the chart (test_chart.py)
-FULL_ENV = "DRA_TESTBED_INSTALL"
-
-RELEASE = "hc"
-KUBECTL_MINOR = "1.34"  # any kubectl of the toolchain speaks to every bed minor this suite runs
-
-
-def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([*CLI, *args], capture_output=True, text=True)
-    assert not check or out.returncode == 0, out.stderr
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -42,23 +32,6 @@ def user_cluster(request) -> Iterator[Path]:
         pytest.skip("installing into a live bed runs in `nox -s install` ($DRA_TESTBED_INSTALL=full)")  # allowed in suites/skips.yaml
     with request.getfixturevalue("bed")(from_flags(["bed-0=h100-80gb:1"]), label="helm-chart-install") as testbed:
         yield testbed.cluster.kubeconfig()
-
-
-def _kubectl(kubeconfig: Path, *args: str) -> str:
-    from testbed.toolchain.resolve import ensure
-
-    kubectl = ensure(KUBECTL_MINOR, ["kubectl"], allow_download=False, allow_build=False).path("kubectl")
-    return subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, check=True).stdout
-
-
-def _objects(kubeconfig: Path) -> set[str]:
-    """Every object of every listable resource but Events (the cluster's own log, not state)."""
-    found = set()
-    for resource in _kubectl(kubeconfig, "api-resources", "--verbs=list", "-o", "name").split():
-        if resource.startswith("events"):
-            continue
-        found |= {f"{resource} {line}" for line in _kubectl(kubeconfig, "get", resource, "-A", "-o", "name").split()}
-    return found
 
 
 def test_install_publishes_schedules_and_uninstalls_cleanly(user_cluster: Path, tmp_path: Path) -> None:
@@ -117,22 +90,49 @@ def test_install_onto_a_node_a_driver_publishes_on_is_refused(user_cluster: Path
     assert _objects(user_cluster) == before
 
 
-POD = """
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: hc-claim, namespace: default}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly: {deviceClassName: gpu.nvidia.com, count: 1}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: hc-pod, namespace: default}
-spec:
-  nodeSelector: {dra-fake-gpus.io/release: hc}
-  tolerations: [{key: dra-testbed.io/fake-node, operator: Exists, effect: NoSchedule}]
-  resourceClaims: [{name: gpu, resourceClaimName: hc-claim}]
-  containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]
-"""
+def test_existing_backend_recognizes_the_installed_fleet(user_cluster: Path, tmp_path: Path) -> None:
+    """The `existing` backend reads the layout of the fleet `install` made from its ConfigMap (what lets
+    `conformance --kubeconfig` and the suites' --kubeconfig run with no layout file); none, or two fleets
+    (a second release installed with helm directly), it says so in one line."""
+    from testbed.clusters.existing import ExistingCluster, FleetLookupError, NoFleetInstalled
+    from testbed.clusters.layout import load_layout
+    from testbed.install.release import CHART, helm
+    from testbed.install.values import DEFAULT_NAMESPACE, chart_values
+
+    cluster = ExistingCluster(kubeconfig=user_cluster)
+    with pytest.raises(NoFleetInstalled) as none:
+        cluster.installed_layout()
+    assert len(str(none.value).splitlines()) == 1 and "holds no fake GPU fleet" in str(none.value)
+    assert cluster.layout_or_installed(None) is None  # real GPU nodes only: the checks read the nodes' labels
+    layout = tmp_path / "layout.yaml"
+    layout.write_text("name: recognized\nnodes:\n- {name: rec-a, board: h100-80gb, count: 2, replicas: 2}\n"
+                      "- {name: rec-b, board: a100-80gb, count: 2, mode: 'static-mig:all-balanced', healthCheck: true}\n")
+    _run("install", "--kubeconfig", str(user_cluster), "--layout", str(layout), "--release", RELEASE)
+    try:
+        assert cluster.installed_layout() == load_layout(layout)
+        assert cluster.layout_or_installed(None) == load_layout(layout)
+        # the suites' --kubeconfig with no --layout: the session's testbed carries the installed layout
+        probe = tmp_path / "test_probe.py"
+        probe.write_text("def test_layout(testbed):\n    print('NODES', ','.join(n.name for n in testbed.layout.nodes))\n")
+        nested = subprocess.run([sys.executable, "-m", "pytest", str(probe), "-q", "-s", "-p", "no:cacheprovider", "-p", "testbed.pytest.plugin",
+                                 "--kubeconfig", str(user_cluster)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert "NODES rec-a-0,rec-a-1,rec-b\n" in nested.stdout, nested.stdout[-1500:]
+        other = tmp_path / "other.json"
+        other.write_text(json.dumps(chart_values(load_layout(_other_layout(tmp_path)), device_classes=False)))
+        helm(user_cluster, "install", "other", str(CHART), "--namespace", DEFAULT_NAMESPACE, "--values", str(other))
+        try:
+            with pytest.raises(FleetLookupError) as two:
+                cluster.installed_layout()
+            message = str(two.value)
+            assert len(message.splitlines()) == 1 and "2 fake GPU fleets" in message and "'hc'" in message and "'other'" in message, message
+        finally:
+            _run("uninstall", "--kubeconfig", str(user_cluster), "--release", "other")
+    finally:
+        _run("uninstall", "--kubeconfig", str(user_cluster), "--release", RELEASE)
+
+
+def _other_layout(folder: Path) -> Path:
+    file = folder / "other.yaml"
+    file.write_text("name: other\nnodes:\n- {name: other-0, board: l4-24gb, count: 1}\n")
+    return file
+

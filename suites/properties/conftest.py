@@ -37,11 +37,12 @@ class PropertyBed:
         if self.nvml_home is None:
             return {}
         from fake_gpus.driver.identity import current_identity
-        from testbed.workloads.physical import KNOWN_LEAKS
+        from testbed.workloads.physical import KNOWN_LEAKS, MPS_NOT_RUN
         from testbed.workloads.physical_watch import PhysicalCheck, kwok_state_dirs
 
         check = PhysicalCheck(self.api, kwok_state_dirs(self.nvml_home), current_identity().driver,
-                              leaks=KNOWN_LEAKS.get(self.driver_kind, ()), stats=stats if stats is not None else {})
+                              leaks=KNOWN_LEAKS.get(self.driver_kind, ()), stats=stats if stats is not None else {},
+                              mps=self.driver_kind not in MPS_NOT_RUN)
         return {"node_check": check}
 
 

@@ -13,7 +13,8 @@ from fake_gpus.nvml.build import SONAME, ensure_library
 from fake_gpus.nvml.state import create_state_dir
 from testbed.workloads.devices import DeviceId
 from testbed.workloads.oracle import Result
-from testbed.workloads.physical import KNOWN_LEAKS, HeldClaim, Instance, NodeNvml, judge_node, known_leaks, off_layout, sharing_settings
+from testbed.workloads.physical import (KNOWN_LEAKS, HeldClaim, Instance, MpsDaemon, NodeNvml, judge_node, known_leaks, mebibytes,
+                                        off_layout, sharing_settings)
 from testbed.workloads.physical_watch import read_nvml
 
 DRIVER = "gpu.nvidia.com"
@@ -132,8 +133,49 @@ def test_nvml_without_a_placement_picks_its_own_and_read_nvml_sees_it() -> None:
                 handle = nvml.gpu_by_minor(0)
                 made = nvml.create_instance(handle, nvml.profile_for_token(handle, "1g10gb"), 0, 1)
             assert made.start == start
-            assert read_nvml(state) == NodeNvml(frozenset({Instance(0, 19, start, 1)}), frozenset(), {0: (0, 0)})
+            seen = read_nvml(state)
+            assert (seen.instances, seen.bare, seen.settings, seen.mps) == (frozenset({Instance(0, 19, start, 1)}), frozenset(), {0: (0, 0)}, {})
             with library.session(state):
                 assert Nvml().destroy_instance(made)
     finally:
         shutil.rmtree(state)
+
+
+def _mps(mps_config: dict | None = None) -> list[dict]:
+    config = _sharing("MPS")
+    if mps_config is not None:
+        config[0]["opaque"]["parameters"]["sharing"]["mpsConfig"] = mps_config
+    return config
+
+
+def _mps_nvml(*daemons: MpsDaemon, settings: tuple[int, int] = (3, 0)) -> NodeNvml:
+    return NodeNvml(frozenset(), frozenset(), {0: settings}, {0: "GPU-a"}, {0: daemons} if daemons else {})
+
+
+ASKED = {"defaultActiveThreadPercentage": 40, "defaultPinnedDeviceMemoryLimit": "2Gi", "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi"}}
+
+
+def test_an_mps_claim_wants_one_daemon_with_its_limits() -> None:
+    claim = _claim("gpu-0", config=_mps(ASKED))
+    assert judge_node("n", "whole", _mps_nvml(MpsDaemon(40, 1024, 7)), [claim], SIZES, DRIVER) == []
+    ignored = judge_node("n", "whole", _mps_nvml(MpsDaemon(None, None, 7)), [claim], SIZES, DRIVER)  # mps-limits-ignored
+    assert len(ignored) == 1 and "its prepared claim asks for one holding (40, 1024)" in ignored[0].message, ignored
+    missing = judge_node("n", "whole", _mps_nvml(), [claim], SIZES, DRIVER)
+    assert len(missing) == 1 and "holding (thread %, pinned MiB) []" in missing[0].message, missing
+    two = judge_node("n", "whole", _mps_nvml(MpsDaemon(40, 1024, 7), MpsDaemon(40, 1024, 8)), [claim], SIZES, DRIVER)
+    assert len(two) == 1, two
+
+
+def test_a_daemon_without_an_mps_claim_is_caught_and_a_refused_claim_excuses_it() -> None:
+    left = judge_node("n", "whole", _mps_nvml(MpsDaemon(None, None, 7), settings=(0, 0)), [], SIZES, DRIVER)  # mps-daemon-left-behind
+    assert len(left) == 1 and "no prepared claim asks MPS of it" in left[0].message, left
+    released = _claim("gpu-0", prepared=False, config=_mps())
+    assert judge_node("n", "whole", _mps_nvml(MpsDaemon(None, None, 7), settings=(0, 0)), [released], SIZES, DRIVER) == left
+    refused = _claim("gpu-0", prepared=False, failed=True, config=_mps())
+    assert judge_node("n", "whole", _mps_nvml(MpsDaemon(None, None, 7), settings=(0, 0)), [refused], SIZES, DRIVER) == []
+    unread = NodeNvml(frozenset(), frozenset(), {0: (0, 0)}, {0: "GPU-a"}, None)  # a driver in MPS_NOT_RUN
+    assert judge_node("n", "whole", unread, [_claim("gpu-0", config=_mps(ASKED))], SIZES, DRIVER)[0].message.count("compute mode") == 2
+
+
+def test_mebibytes_rounds_down_as_the_plugin_does() -> None:
+    assert [mebibytes(q) for q in ("1Gi", "1G", "1500Mi", "10", "bad")] == [1024, 953, 1500, 0, None]

@@ -45,6 +45,7 @@ LAYERS = (
     "testbed.clusters.registry",  # backend name -> cluster
     "testbed.beds",  # one test bed's life cycle: reuse or create, retries, images, logs, teardown
     "testbed.install",  # the fake fleet in a cluster someone else runs: the Helm chart's values, collisions, release
+    "testbed.addons",  # scheduler add-ons from their own projects (Kueue) run against a bed
     "testbed.workloads",  # generated workloads, the oracle, replay
     "testbed.outcomes",  # will these manifests schedule: `try`
     "testbed.density",  # trace replay and the density report

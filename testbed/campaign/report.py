@@ -24,6 +24,8 @@ def table(runs: dict[str, CampaignResult]) -> str:
         for s in r.seeds:
             if s.verdict != "pass":
                 lines.append(f"  {label} seed {s.seed}: {s.verdict}: {(s.messages or [''])[0][:200]}")
+        if r.gpu_failures:  # GPUs failed and healed beside the kills (testbed/campaign/gpu_failures.py)
+            lines.append(f"  {label}: GPU failures {r.gpu_failures}")
         for e in r.unrecovered + r.errors:
             lines.append(f"  {label}: {e}")
         for unit, reasons in r.crash_reasons.items():

@@ -24,6 +24,7 @@ from kubernetes import client
 
 from testbed.campaign.audit import Leaks, NodeState, double_prepared, leaks
 from testbed.campaign.chaos import BACK_TIMEOUT, COMPONENTS, Chaos, Kill
+from testbed.campaign.gpu_failures import GpuFailures
 from testbed.campaign.supervisor import Supervision
 from testbed.workloads.devices import Inventory
 from testbed.workloads.observe import Snapshot, observe_claims
@@ -84,6 +85,7 @@ class CampaignResult:
     wall: float = 0.0
 
     stats: dict[str, int] = field(default_factory=dict)
+    gpu_failures: dict[str, int] = field(default_factory=dict)  # GPUs failed and healed beside the kills, per action
 
     @property
     def leaks(self) -> int:
@@ -101,6 +103,7 @@ class CampaignResult:
                 "kills": len(self.kills), "kills_asked": self.kills_asked, "kills_by_component": self.kills_by_component, "crashes": self.crashes, "crash_reasons": self.crash_reasons,
                 "mean_downtime_s": self.downtime, "api_retries": self.retries, "stats": self.stats,
                 "leaks": self.leaks, "double_allocations": self.double_allocations,
+                "gpu_failures": self.gpu_failures,
                 "observed_double": self.observed_double[:20], "final_leaks": self.final_leaks, "errors": self.errors,
                 "unrecovered": self.unrecovered,
                 "seeds": [s.__dict__ for s in self.seeds], "kill_log": [k.__dict__ for k in self.kills]}
@@ -301,14 +304,18 @@ class Campaign:
 def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int, seeds: list[int] | None = None,
                  first_seed: int = 0, max_seeds: int = 50, interval: tuple[float, float] = (4.0, 10.0),
                  kinds: tuple[str, ...] = COMPONENTS, retries: Callable[[], int] = lambda: 0,
-                 progress: Callable[[str], None] = lambda line: None) -> CampaignResult:
-    """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos."""
+                 progress: Callable[[str], None] = lambda line: None,
+                 gpu_failures: GpuFailures | None = None) -> CampaignResult:
+    """Seeds `seeds` (or first_seed, first_seed+1, ... until `kills` kills are done) under the chaos, and GPUs
+    failing and healing beside it (`gpu_failures`, started with the chaos, every GPU healed after the seeds)."""
     result = CampaignResult(backend, sorted(faults), kills_asked=kills)
     crashed = {u.name: u.crashes for u in campaign.supervisor.units.values()}
     reasons_before = {u.name: len(u.exit_reasons) for u in campaign.supervisor.units.values()}
     downtimes_before = {u.name: len(u.downtimes) for u in campaign.supervisor.units.values()}  # a session runs several
     campaign.stats.clear()  # counts are per run
     start = time.monotonic()
+    if gpu_failures is not None:
+        gpu_failures.__enter__()
     with Chaos(campaign.supervisor, first_seed + 7919, kills, interval, kinds, observe=campaign.observe) as chaos:
         todo = list(seeds) if seeds is not None else None
         n = 0
@@ -331,6 +338,9 @@ def run_campaign(campaign: Campaign, backend: str, faults: list[str], kills: int
             outcome = campaign.run_seed(current)
             result.seeds.append(outcome)
             progress(f"seed {current}: {outcome.verdict} ({outcome.examples} examples, {outcome.wall:.0f}s, kills so far {len(chaos.kills)})")
+    if gpu_failures is not None:  # healed before the final audit: it judges a whole bed
+        gpu_failures.__exit__(None, None, None)
+        result.gpu_failures, result.errors = gpu_failures.counts(), result.errors + gpu_failures.errors
     if not campaign.supervisor.wait_running(timeout=BACK_TIMEOUT):
         result.unrecovered.append(f"not every unit served again {BACK_TIMEOUT:.0f} s after the last kill")
     final: list[str] = []

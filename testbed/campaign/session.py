@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 from fake_gpus.driver.identity import current_identity
 from testbed.kube.apiretry import RetryingApiClient, retrying_client
 from testbed.campaign.kwok import KwokTarget
+from testbed.campaign.gpu_failures import GpuFailures
 from testbed.campaign.run import Campaign, CampaignResult, Target, run_campaign
 from testbed.campaign.supervisor import Supervision, Supervisor
 from testbed.clusters.layout import Layout, Mode, NodeSpec
@@ -39,10 +40,18 @@ class Session:
     progress: Callable[[str], None]
 
     def run(self, kills: int, seeds: list[int] | None = None, first_seed: int = 0, max_seeds: int = 50,
-            interval: tuple[float, float] = (4.0, 10.0)) -> CampaignResult:
+            interval: tuple[float, float] = (4.0, 10.0), gpu_failures: int = 0) -> CampaignResult:
+        """`gpu_failures` GPUs fail (fatal Xid or lost) and heal beside the kills (testbed.campaign.gpu_failures; KWOK)."""
         before = self.api.retries
+        failing = None
+        if gpu_failures:
+            target = self.campaign.target
+            if not hasattr(target, "state_dir"):
+                raise ValueError(f"GPU failures reach KWOK nodes' fake NVML; this is a {self.backend} campaign")
+            dirs = {n.name: target.state_dir(n.name) for n in target.layout.nodes}  # type: ignore[attr-defined]
+            failing = GpuFailures(dirs, first_seed + 104729, gpu_failures)
         return run_campaign(self.campaign, self.backend, self.faults, kills, seeds, first_seed, max_seeds, interval,
-                            retries=lambda: self.api.retries - before, progress=self.progress)
+                            retries=lambda: self.api.retries - before, progress=self.progress, gpu_failures=failing)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from testbed.cli.arguments import add_cluster_lookup
 def cmd_image_build(args: argparse.Namespace) -> int:
     from testbed.clusters.kind.images.node_image import ensure_node_image
     from testbed.clusters.kind.images.driver_image import ensure_driver_image, ensure_workload_image
+    from testbed.clusters.kind.images.fleet_images import ensure_kwok_image
 
     from testbed.host.docker.dockerd import stop_engine_started_here
 
@@ -23,6 +24,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
         if not args.node_only:
             built["workload"] = ensure_workload_image()
             built["driver"] = ensure_driver_image()
+            built["kwok"] = ensure_kwok_image(args.k8s)  # the Helm chart's KWOK controller, for clusters that pull nothing
     finally:  # a dockerd the build had to start goes again (one that was running stays), also on failure or a signal
         stop_engine_started_here()
     print(json.dumps(built, indent=2))

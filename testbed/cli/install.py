@@ -25,7 +25,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     layout = load_layout(args.layout)
     check_layout(layout)
     started = time.monotonic()
-    classes = install(_kubeconfig(args.kubeconfig), layout, args.release, args.namespace, args.image, not args.no_device_classes)
+    classes = install(_kubeconfig(args.kubeconfig), layout, args.release, args.namespace, args.image, not args.no_device_classes,
+                      args.kwok_image)
     print(f"installed release {args.release!r} ({len(layout.nodes)} fake nodes) into namespace {args.namespace} "
           f"in {time.monotonic() - started:.1f} s; DeviceClasses {'made' if classes else 'left to the cluster'}", file=sys.stderr)
     return 0
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"namespace of the release (default {DEFAULT_NAMESPACE})")
     install.add_argument("--layout", required=True, help="layout file (see clusters/layouts/)")
     install.add_argument("--image", help="the driver image REPOSITORY:TAG the cluster pulls (default: the chart's)")
+    install.add_argument("--kwok-image", help="the KWOK controller image REPOSITORY:TAG the cluster pulls (default: the chart's)")
     install.add_argument("--no-device-classes", action="store_true", help="leave the DeviceClasses to the cluster's NVIDIA driver")
     install.set_defaults(func=cmd_install)
     uninstall.set_defaults(func=cmd_uninstall)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -10,8 +11,19 @@ from kubernetes import client, config
 
 from testbed.clusters.base import Cluster, ClusterError, ClusterSpec, ClusterStatus
 from testbed.clusters.driver import DriverSpec
+from testbed.clusters.fleet_labels import FLEET_LAYOUT_KEY, FLEET_LAYOUT_LABEL, FLEET_RELEASE_LABEL
+from testbed.clusters.layout import Layout, load_layout
+from testbed.errors import BadInputError
 
 REQUIRED_API = "resource.k8s.io/v1"
+
+
+class FleetLookupError(BadInputError):
+    """No fleet of the chart, or more than one, where one layout was wanted; the message is one line."""
+
+
+class NoFleetInstalled(FleetLookupError):
+    """The cluster holds no layout ConfigMap of the chart."""
 
 
 class ExistingCluster(Cluster):
@@ -74,6 +86,33 @@ class ExistingCluster(Cluster):
             api.close()
         return folder
 
+    def installed_layout(self) -> Layout:
+        """The layout of the one fleet `dra-testbed install` (the Helm chart) put into this cluster, read from
+        its layout ConfigMap; NoFleetInstalled where there is none, FleetLookupError where there are several."""
+        api = self.api_client()
+        try:
+            maps = client.CoreV1Api(api).list_config_map_for_all_namespaces(label_selector=FLEET_LAYOUT_LABEL).items
+        finally:
+            api.close()
+        if not maps:
+            raise NoFleetInstalled(f"the cluster of {self.kubeconfig()} holds no fake GPU fleet of the chart (no ConfigMap labelled "
+                                   f"{FLEET_LAYOUT_LABEL}); install one with `dra-testbed install` or give --layout")
+        if len(maps) > 1:
+            found = ", ".join(sorted(f"{(m.metadata.labels or {}).get(FLEET_RELEASE_LABEL)!r} ({m.metadata.namespace}/{m.metadata.name})" for m in maps))
+            raise FleetLookupError(f"the cluster of {self.kubeconfig()} holds {len(maps)} fake GPU fleets of the chart, releases {found}; "
+                                   f"give --layout to say which nodes to test")
+        return _layout_of(maps[0])
+
+    def layout_or_installed(self, layout: Layout | None) -> Layout | None:
+        """`layout` when given, else the installed fleet's; None where the cluster holds no fleet of the chart
+        (real GPU nodes: the checks read the nodes' labels), FleetLookupError where it holds several."""
+        if layout is not None:
+            return layout
+        try:
+            return self.installed_layout()
+        except NoFleetInstalled:
+            return None
+
     def status(self) -> ClusterStatus:
         try:
             version, nodes, slices = self.api_summary()
@@ -82,3 +121,13 @@ class ExistingCluster(Cluster):
         except Exception as exc:  # noqa: BLE001 - anything that stops us talking means "not running"
             return ClusterStatus(self.name, self.backend, False, self._kubeconfig, detail=f"{type(exc).__name__}: {exc}"[:200])
         return ClusterStatus(self.name, self.backend, True, self._kubeconfig, version, nodes, slices)
+
+
+def _layout_of(config_map: client.V1ConfigMap) -> Layout:
+    """The layout a fleet's ConfigMap holds, parsed as a layout file; a file named after the ConfigMap, so a
+    LayoutError names where the text came from."""
+    where = f"{config_map.metadata.namespace}-{config_map.metadata.name}"
+    with tempfile.TemporaryDirectory(prefix="dra-testbed-fleet-") as folder:
+        file = Path(folder) / f"{where}.yaml"
+        file.write_text((config_map.data or {}).get(FLEET_LAYOUT_KEY, ""))
+        return load_layout(file)

@@ -24,9 +24,11 @@ FEATURE_GATES: dict[str, tuple[str, ...]] = {
              "DRADeviceTaintRules", "DRAResourcePoolStatus", "DRAWorkloadResourceClaims", "GenericWorkload"),
     # 1.37: partitionable devices and consumable capacity still beta; taints and extended resources GA;
     # Workload claims beta but off; new alpha: compatibility groups, optional node operations, the
-    # partitionable devices type (needs pool status)
+    # partitionable devices type (needs pool status); list-type attributes (alpha since 1.36, named by no DRA e2e
+    # spec; NVIDIA's driver publishes numaNode as a list under its gate of the same name)
     "1.37": ("DRAPartitionableDevices", "DRAConsumableCapacity", "DRAResourcePoolStatus", "DRAWorkloadResourceClaims",
-             "GenericWorkload", "DRADeviceCompatibilityGroups", "DRAOptionalNodeOperations", "DRAPartitionableDevicesType"),
+             "GenericWorkload", "DRADeviceCompatibilityGroups", "DRAOptionalNodeOperations", "DRAPartitionableDevicesType",
+             "DRAListTypeAttributes"),
     # 1.38 (v1.38.0-beta.0): partitionable devices GA and locked, consumable capacity and fractional capacity
     # ranges GA (unlocked, on), binding conditions GA and locked, taints and taint rules now locked; Workload
     # claims and GenericWorkload still beta but off; new alpha its DRA e2e specs name: node allocatable resources

@@ -137,4 +137,5 @@ def kind_subject(cluster, layout: Layout, driver: str) -> Subject:
 def existing_bed(kubeconfig: str, driver: str, layout: Layout | None = None) -> Iterator[tuple[Subject, Path]]:
     """The cluster behind `kubeconfig`, as it is (checked to serve DRA): no node control, no driver restarts."""
     with bed_session(ClusterSpec(name="existing", layout=layout), "existing", kubeconfig=kubeconfig, client="retrying") as bed:
-        yield subject_of(bed.cluster, bed.api, driver, layout), bed.kubeconfig
+        # no layout given: the fleet `dra-testbed install` put there, if any
+        yield subject_of(bed.cluster, bed.api, driver, bed.cluster.layout_or_installed(layout)), bed.kubeconfig

@@ -45,10 +45,11 @@ def helm(kubeconfig: Path, *args: str) -> str:
     return out.stdout
 
 
-def render(layout: Layout, release: str, namespace: str, image: str | None = None, device_classes: bool = True) -> str:
+def render(layout: Layout, release: str, namespace: str, image: str | None = None, device_classes: bool = True,
+           kwok_image: str | None = None) -> str:
     """The release's manifests as `helm template` renders them (no cluster needed)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
-        json.dump(chart_values(layout, image, device_classes), values)
+        json.dump(chart_values(layout, image, device_classes, kwok_image), values)
         values.flush()
         out = subprocess.run([str(ensure_renderer("helm")), "template", release, str(CHART), "--namespace", namespace,
                               "--values", values.name], capture_output=True, text=True)
@@ -58,7 +59,7 @@ def render(layout: Layout, release: str, namespace: str, image: str | None = Non
 
 
 def install(kubeconfig: Path, layout: Layout, release: str, namespace: str, image: str | None = None,
-            device_classes: bool = True) -> bool:
+            device_classes: bool = True, kwok_image: str | None = None) -> bool:
     """Refuse a colliding install (CollisionError), then install the release. The DeviceClasses are made
     only when asked and the cluster has none of that name (NVIDIA's, a bed's); returns whether they were."""
     from kubernetes import config
@@ -80,7 +81,7 @@ def install(kubeconfig: Path, layout: Layout, release: str, namespace: str, imag
             created = True
         try:
             with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
-                json.dump(chart_values(layout, image, device_classes), values)
+                json.dump(chart_values(layout, image, device_classes, kwok_image), values)
                 values.flush()
                 helm(kubeconfig, "install", release, str(CHART), "--namespace", namespace, "--values", values.name)
         except ReleaseError:
@@ -94,13 +95,14 @@ def install(kubeconfig: Path, layout: Layout, release: str, namespace: str, imag
 
 def uninstall(kubeconfig: Path, release: str, namespace: str, timeout: float = GONE_TIMEOUT) -> None:
     """Uninstall the release and return once every object it made, and every object the cluster made from
-    them (slices, leases), is gone; the namespace too when install created it."""
+    them (slices, leases, pods bound to its nodes), is gone; the namespace too when install created it."""
     from kubernetes import config
 
-    helm(kubeconfig, "uninstall", release, "--namespace", namespace, "--wait")
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
         core = client.CoreV1Api(api)
+        fleet = [n.metadata.name for n in core.list_node(label_selector=f"{RELEASE_LABEL}={release}").items]
+        helm(kubeconfig, "uninstall", release, "--namespace", namespace, "--wait")
         try:
             ns = core.read_namespace(namespace)
             if (ns.metadata.labels or {}).get(CREATED_BY) == release:
@@ -108,9 +110,22 @@ def uninstall(kubeconfig: Path, release: str, namespace: str, timeout: float = G
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        _wait_gone(api, release, namespace, timeout)
+        _wait_gone(api, release, namespace, timeout, fleet)
     finally:
         api.close()
+
+
+def _delete_pods_on(core: client.CoreV1Api, nodes: list[str]) -> list[client.V1Pod]:
+    """Delete at once the pods bound to the fake nodes (a DaemonSet's, a user's), returning them: no kubelet
+    confirms their end, so a graceful delete would wait for the pod garbage collector's quarantine of orphans."""
+    pods = [p for node in nodes for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+    for pod in pods:
+        try:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return pods
 
 
 def _orphans(api: client.ApiClient) -> list[str]:
@@ -123,11 +138,12 @@ def _orphans(api: client.ApiClient) -> list[str]:
             if any(ref.kind == "Node" and ref.name not in present for ref in o.metadata.owner_references or [])]
 
 
-def _wait_gone(api: client.ApiClient, release: str, namespace: str, timeout: float) -> None:
+def _wait_gone(api: client.ApiClient, release: str, namespace: str, timeout: float, fleet: list[str]) -> None:
     core = client.CoreV1Api(api)
     deadline = time.monotonic() + timeout
     while True:
         left = [f"node {n.metadata.name}" for n in core.list_node(label_selector=f"{RELEASE_LABEL}={release}").items]
+        left += [f"pod {p.metadata.namespace}/{p.metadata.name}" for p in _delete_pods_on(core, fleet)]
         left += _orphans(api)
         left += [f"namespace {n.metadata.name}" for n in core.list_namespace(label_selector=f"{CREATED_BY}={release}").items]
         if not left:

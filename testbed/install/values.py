@@ -6,13 +6,14 @@ from __future__ import annotations
 import yaml
 
 from fake_gpus.machine.provision import node_labels
+from testbed.clusters.fleet_labels import FLEET_LAYOUT_LABEL, FLEET_RELEASE_LABEL
 from testbed.clusters.layout import Layout
 
 CHART_DIR_NAME = "dra-fake-gpus"
 DEFAULT_RELEASE = "fake-gpus"
 DEFAULT_NAMESPACE = "dra-fake-gpus"
-RELEASE_LABEL = "dra-fake-gpus.io/release"  # on every object of a release, fake nodes included
-LAYOUT_LABEL = "dra-fake-gpus.io/layout"  # on the ConfigMap that holds a release's layout
+RELEASE_LABEL = FLEET_RELEASE_LABEL  # on every object of a release, fake nodes included
+LAYOUT_LABEL = FLEET_LAYOUT_LABEL  # on the ConfigMap that holds a release's layout
 
 
 def layout_yaml(layout: Layout) -> str:
@@ -30,12 +31,18 @@ def layout_yaml(layout: Layout) -> str:
     return yaml.safe_dump({"name": layout.name, "nodes": nodes}, sort_keys=False)
 
 
-def chart_values(layout: Layout, image: str | None = None, device_classes: bool = True) -> dict:
-    """Values for the chart: the layout's nodes with their labels, the layout text, the publisher image
-    (`repository:tag`; None keeps the chart's default)."""
+def _image(reference: str) -> dict:
+    repository, _, tag = reference.rpartition(":")
+    return {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
+
+
+def chart_values(layout: Layout, image: str | None = None, device_classes: bool = True, kwok_image: str | None = None) -> dict:
+    """Values for the chart: the layout's nodes with their labels, the layout text, the publisher and KWOK
+    controller images (`repository:tag`; None keeps the chart's default)."""
     values: dict = {"nodes": [{"name": n.name, "labels": node_labels(n.hardware)} for n in layout.nodes],
                     "layout": layout_yaml(layout), "deviceClasses": {"create": device_classes}}
     if image:
-        repository, _, tag = image.rpartition(":")
-        values["publisher"] = {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
+        values["publisher"] = _image(image)
+    if kwok_image:
+        values["kwok"] = _image(kwok_image)
     return values

@@ -14,6 +14,9 @@ On-demand nodes are the files of the plugins directory, read every round: a new 
 a file gone is a node that left (its plugin stopped, the node forgotten), a rewritten one (a driver update, a
 mode switch) has its plugin replaced by one started from the file, at once if the old one ran; the node's
 kubelet keeps what it had prepared, as a real kubelet does across a plugin's update.
+On 1.36 and later (the apiserver serves allocatedResourcesStatus) it follows each own-process plugin's health
+stream and writes the health of the devices of its nodes' prepared pods into their container statuses, as the
+kubelet does (testbed.kubelet.health).
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from kubernetes.client.exceptions import ApiException
 from hostenv.processes import terminate
 from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.plugin_host import Hosts, HostedStarter
+from testbed.kubelet.mps_pods import MpsPods
 from testbed.kubelet.process import OnDemand
+from fake_gpus.driver.slices import server_minor
+from testbed.kubelet.health import container_statuses, differs, writes_health
 from testbed.kubelet.standin import PrepareError, StandInKubelet, holds_claims
 
 FAILED_REASON = "FailedPrepareDynamicResources"  # the kubelet's event reason for a failed prepare
@@ -91,6 +97,14 @@ class KubeletDaemon:
     minor: str = "1.34"
     versions: dict[str, tuple] = field(default_factory=dict)  # node -> (inode, mtime) of the file its starter came from
     hosts: Hosts | None = None  # the plugin hosts of nodes whose OnDemand names one
+    serves_health: bool | None = None  # the apiserver serves allocatedResourcesStatus (None: not asked yet)
+    health_changed: set[str] = field(default_factory=set)  # nodes whose plugin's health stream changed a device's health
+    _health_lock: threading.Lock = field(default_factory=threading.Lock)
+    mps: MpsPods | None = None  # MPS control daemon pods of its nodes, run on the host (mps_pods.py)
+
+    def __post_init__(self) -> None:
+        if self.mps is None:
+            self.mps = MpsPods(lambda node: node in self.kubelets)
 
     def _discover(self) -> None:
         """Follow the plugins directory: nodes joined, left or changed since the last round."""
@@ -167,6 +181,10 @@ class KubeletDaemon:
                 kubelet.register()
                 self.registered.add(node)
                 self.sockets[node] = current
+                # resource health (testbed.kubelet.health) where the API serves it; not from a plugin host, whose
+                # nodes share a few gRPC workers that one endless stream per node would take
+                if self._serves_health() and not isinstance(self.starters.get(node), HostedStarter):
+                    kubelet.follow_health(lambda n=node: self._health_changed(n))
             except Exception:  # noqa: BLE001 - the plugin is still starting; try again next round
                 kubelet.close()
 
@@ -188,6 +206,8 @@ class KubeletDaemon:
         key = f"{pod.metadata.namespace}/{pod.metadata.name}"
         node = pod.spec.node_name
         kubelet = self.kubelets.get(node or "")
+        if self.mps is not None:
+            self.mps.handle(pod)
         if kubelet is None or not holds_claims(pod):
             return
         finished = pod.metadata.deletion_timestamp is not None or (pod.status and pod.status.phase in ("Succeeded", "Failed"))
@@ -197,6 +217,8 @@ class KubeletDaemon:
             return
         if state.prepared and not state.annotated:
             self._annotate(pod, state)
+        if state.prepared:
+            self._write_health(pod, kubelet)
         if state.prepared or time.monotonic() < state.next_try:
             return
         try:
@@ -217,6 +239,53 @@ class KubeletDaemon:
         state.prepared = True
         self._annotate(pod, state)
 
+    def _serves_health(self) -> bool:
+        """Whether the cluster's minor serves allocatedResourcesStatus, asked of the apiserver once (the stand-in
+        is started without --k8s; its minor picks only the plugin API's stubs)."""
+        if self.serves_health is None:
+            try:
+                self.serves_health = writes_health(server_minor(client.VersionApi(self.api).get_code()))
+            except Exception:  # noqa: BLE001 - the apiserver restarts: ask again at the next registration
+                return False
+        return self.serves_health
+
+    def _health_changed(self, node: str) -> None:
+        with self._health_lock:
+            self.health_changed.add(node)
+
+    def _write_health(self, pod, kubelet: StandInKubelet) -> None:
+        """Write the pod's allocatedResourcesStatus as the kubelet would now (nothing when it is so already)."""
+        if kubelet.health is None or pod.status is None or not pod.status.container_statuses:
+            return  # KWOK has not written the containers' statuses yet: the event that does brings the pod back
+        body = self.api.sanitize_for_serialization(pod)
+        namespace = pod.metadata.namespace
+        statuses = container_statuses(body, lambda claim: kubelet.devices_of(namespace, claim), kubelet.driver, kubelet.health.health)
+        if not differs(body["status"]["containerStatuses"], statuses):
+            return
+        try:  # the whole list (the API replaces it whole); at the version read, not over a newer status
+            client.CoreV1Api(self.api).patch_namespaced_pod_status(pod.metadata.name, namespace, {
+                "metadata": {"resourceVersion": pod.metadata.resource_version}, "status": {"containerStatuses": statuses}})
+        except Exception:  # noqa: BLE001 - a conflict or a restarting apiserver: the node's pods are looked at next round
+            self._health_changed(pod.spec.node_name)
+
+    def _write_changed_health(self) -> None:
+        """Rewrite the health of the prepared pods of every node whose health stream changed."""
+        with self._health_lock:
+            nodes, self.health_changed = self.health_changed, set()
+        for node in nodes:
+            kubelet = self.kubelets.get(node)
+            if kubelet is None:
+                continue
+            try:
+                pods = client.CoreV1Api(self.api).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            except Exception:  # noqa: BLE001 - the apiserver restarts: next round
+                self._health_changed(node)
+                continue
+            for pod in pods:
+                state = self.pods.get(f"{pod.metadata.namespace}/{pod.metadata.name}")
+                if state is not None and state.prepared:
+                    self._write_health(pod, kubelet)
+
     def _annotate(self, pod, state: _PodState) -> None:
         try:
             client.CoreV1Api(self.api).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
@@ -228,6 +297,8 @@ class KubeletDaemon:
     def gone(self, key: str) -> None:
         """The pod was deleted or finished: release its claims, unprepare those no other pod uses; also those
         whose prepare failed, as the kubelet does (it holds the pod's reference from before the call)."""
+        if self.mps is not None:
+            self.mps.gone(key)
         if self.pods.pop(key, None) is None:
             return
         for kubelet in self.kubelets.values():
@@ -248,6 +319,8 @@ class KubeletDaemon:
         try:
             self._run()
         finally:
+            if self.mps is not None:
+                self.mps.stop_all()
             if self.hosts is not None:  # first: a host stops all its nodes at once, a node's stop waits for its host
                 self.hosts.stop_all()
             for starter in self.starters.values():
@@ -259,6 +332,7 @@ class KubeletDaemon:
             self._discover()
             self._register()
             self.unprepare_unused()
+            self._write_changed_health()
             try:
                 listing = core.list_pod_for_all_namespaces()
             except Exception:  # noqa: BLE001 - the apiserver restarts: keep the node's state, list again
@@ -269,6 +343,8 @@ class KubeletDaemon:
                 seen.add(f"{pod.metadata.namespace}/{pod.metadata.name}")
                 self.handle(pod)
             for key in [k for k in self.pods if k not in seen]:
+                self.gone(key)
+            for key in [k for k in (self.mps.running if self.mps else {}) if k not in seen]:
                 self.gone(key)
             w = watch.Watch()
             try:  # a short watch, then a relist: retries and registrations are due at least that often

@@ -19,6 +19,7 @@ from pathlib import Path
 from kubernetes import client
 
 from fake_gpus.driver.kubeletplugin.kubelet_client import ClaimId, KubeletClient
+from testbed.kubelet.health import STREAM_DEADLINE_S, HealthStream, PreparedDevice
 
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # what a 1.34 kubelet accepts
 
@@ -40,6 +41,8 @@ class StandInKubelet:
     users: dict[str, set[str]] = field(default_factory=dict)  # claim uid -> pods (namespace/name) of the node using it
     claims: dict[str, ClaimId] = field(default_factory=dict)  # claim uid -> the claim, for unprepare
     prepared: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> its CDI device ids, once prepared
+    devices: dict[str, list[PreparedDevice]] = field(default_factory=dict)  # claim uid -> its devices, once prepared
+    health: HealthStream | None = None  # the plugin's health stream, while followed (testbed.kubelet.health)
     _client: KubeletClient | None = None
 
     def register(self) -> str:
@@ -60,7 +63,22 @@ class StandInKubelet:
         self._client.notify_registered(True)
         return self.version
 
+    def follow_health(self, on_change) -> None:
+        """Open the plugin's health stream (NodeWatchResources), as the kubelet does once it registered it, and
+        keep its last word per device; `on_change()` runs on the stream's thread whenever a device's health changed."""
+        assert self._client is not None, "register() first"
+        client_ = self._client
+        self.health = HealthStream(lambda: client_.watch_health(timeout=STREAM_DEADLINE_S), on_change).start()
+
+    def devices_of(self, namespace: str, claim: str) -> list[PreparedDevice] | None:
+        """The devices prepared for ResourceClaim `namespace/claim` (None: not prepared on this node)."""
+        uid = next((u for u, c in self.claims.items() if (c.namespace, c.name) == (namespace, claim)), None)
+        return self.devices.get(uid) if uid is not None else None
+
     def close(self) -> None:
+        if self.health is not None:
+            self.health.stop()
+            self.health = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -100,6 +118,7 @@ class StandInKubelet:
                 if result.error:
                     raise PrepareError(f"NodePrepareResources failed for claim {claim.namespace}/{claim.name}: {result.error}")
                 self.prepared[claim.uid] = [cdi for d in result.devices for cdi in d.cdi_device_ids]
+                self.devices[claim.uid] = [PreparedDevice(d.pool_name, d.device_name, tuple(d.cdi_device_ids)) for d in result.devices]
         return {c.uid: self.prepared[c.uid] for c in claims}
 
     def unprepare_pod(self, pod_key: str) -> list[str]:
@@ -131,6 +150,7 @@ class StandInKubelet:
             del self.users[uid]
             del self.claims[uid]
             self.prepared.pop(uid, None)
+            self.devices.pop(uid, None)
         return done
 
 

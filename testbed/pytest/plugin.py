@@ -123,9 +123,11 @@ def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed
     opts = request.config.option
     layout = load_layout(opts.layout) if opts.layout else None
     if opts.kubeconfig:
-        # someone else's cluster: checked to serve DRA, never started or stopped
-        with bed_session(ClusterSpec(name="existing", layout=layout), "existing", kubeconfig=opts.kubeconfig) as existing:
-            yield TestBed("existing", existing.kubeconfig, existing.api, layout)
+        # someone else's cluster: checked to serve DRA, never started or stopped. No --layout (the default
+        # is our beds'): the fleet `dra-testbed install` put there, if any
+        given = layout if opts.layout != str(DEFAULT_LAYOUT) else None
+        with bed_session(ClusterSpec(name="existing", layout=given), "existing", kubeconfig=opts.kubeconfig) as existing:
+            yield TestBed("existing", existing.kubeconfig, existing.api, existing.cluster.layout_or_installed(given))
         return
     try:
         driver = session_driver(opts)

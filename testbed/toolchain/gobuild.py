@@ -140,9 +140,14 @@ INSTALL_PACKAGES = {
     "kind": {"kind": "sigs.k8s.io/kind"},
     "helm": {"helm": "helm.sh/helm/v4/cmd/helm"},
     "kustomize": {"kustomize": "sigs.k8s.io/kustomize/kustomize/v5"},
+    "kueue": {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
 }
 # Helm reports the version its Makefile stamps in, not its module's: unstamped it says only "v4.3".
-VERSION_STAMPS = {"helm": "-X helm.sh/helm/v4/internal/version.version={version}"}
+# Kueue's manager has no version flag; it logs the stamped GitVersion first thing (unstamped: "v0.0.0-main").
+VERSION_STAMPS = {
+    "helm": "-X helm.sh/helm/v4/internal/version.version={version}",
+    "kueue": "-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}",
+}
 
 
 def build_installable(project: str, version: str, binaries: tuple[str, ...], out: Path, log: Path, progress: Progress | None) -> None:

@@ -7,7 +7,9 @@ placement its device name gives (the allocated one, not one NVML picked), each w
 on a static-MIG node the instances it was provisioned with, never more or fewer; on a whole-GPU node none.
 Each GPU's compute mode and time slice are the defaults unless a prepared claim's GpuConfig asks for a
 sharing strategy (TimeSlicing: compute mode DEFAULT and the interval's time slice; MPS: EXCLUSIVE_PROCESS,
-as NVIDIA's plugin sets them, docs/design/sharing.md).
+as NVIDIA's plugin sets them, docs/design/sharing.md). Where the bed runs MPS control daemons (NodeNvml.mps
+read), a GPU whose prepared claim asks MPS has exactly one daemon, holding the claim's active thread percentage
+and pinned memory limit for that GPU; every other judged GPU has none (after unprepare too).
 
 A claim whose prepare failed (the driver refused it, say a sharing config it does not take) is neither
 required nor forbidden: what it leaves is the prepare check's business, not this one's; a GPU it touches
@@ -35,6 +37,10 @@ DEFAULT_SETTINGS = (COMPUTE_DEFAULT, 0)
 # seen on a real A100; pinned by suites/nvidia/test_nvidia_prepare.py). Driver kind -> its known leaks.
 FULL_GPU_LEAK = "dra-driver-nvidia-gpu#1480"
 KNOWN_LEAKS = {"nvidia": (FULL_GPU_LEAK,)}
+# Drivers whose MPS control daemons a KWOK bed cannot run (testbed/kubelet/mps_pods.py: NVIDIA's script chroots into
+# /driver-root), so no daemon can be judged for them.
+MPS_NOT_RUN = frozenset({"nvidia"})
+_QUANTITY_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 @dataclass(frozen=True, order=True)
@@ -53,13 +59,25 @@ def named(instances: Iterable[Instance]) -> str:
 
 
 @dataclass(frozen=True)
+class MpsDaemon:
+    """What an MPS control daemon holds for one GPU: its default active thread percentage and pinned memory limit
+    in MiB (None: never set); `pid` tells daemons apart (0 in what a claim asks for)."""
+
+    active_thread_percentage: int | None
+    pinned_mib: int | None
+    pid: int = 0
+
+
+@dataclass(frozen=True)
 class NodeNvml:
-    """A node's NVML as read: GPU instances with a compute instance, those without one (half made), and
-    each GPU's (compute mode, time slice) by minor."""
+    """A node's NVML as read: GPU instances with a compute instance, those without one (half made), each GPU's
+    (compute mode, time slice) and UUID by minor, and the MPS control daemons serving each GPU (None: not read)."""
 
     instances: frozenset[Instance]
     bare: frozenset[Instance] = frozenset()
     settings: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    uuids: Mapping[int, str] = field(default_factory=dict)
+    mps: Mapping[int, tuple[MpsDaemon, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +123,20 @@ def sharing_settings(config: Sequence[dict], request: str, driver: str) -> tuple
     follows, against the API's own word (DeviceAllocationConfiguration.requests) that such a config applies to
     all subrequests: a known upstream bug (docs/design/sharing.md), judged as the reference behaves, so the check
     holds a driver to the reference; suites/properties/test_physical_judge.py pins that ours agrees."""
-    wanted = None
+    sharing = reaching_sharing(config, request, driver)
+    strategy = (sharing or {}).get("strategy")
+    if strategy == "TimeSlicing":
+        interval = ((sharing or {}).get("timeSlicingConfig") or {}).get("interval") or "Default"
+        return (COMPUTE_DEFAULT, TIME_SLICES.get(interval, -1))
+    if strategy == "MPS":
+        return (COMPUTE_EXCLUSIVE_PROCESS, 0)
+    return None
+
+
+def reaching_sharing(config: Sequence[dict], request: str, driver: str) -> dict | None:
+    """The sharing of the last GpuConfig of `driver` that reaches `request` (sharing_settings' rule); None when
+    none reaches it, {} when the one that does has no sharing."""
+    found = None
     for entry in config:
         opaque = entry.get("opaque") or {}
         params = opaque.get("parameters") or {}
@@ -114,15 +145,74 @@ def sharing_settings(config: Sequence[dict], request: str, driver: str) -> tuple
             continue
         if named and request not in named:
             continue
-        sharing = params.get("sharing") or {}
-        strategy = sharing.get("strategy")
-        wanted = None  # the last config that reaches the request wins, even one without sharing
-        if strategy == "TimeSlicing":
-            interval = (sharing.get("timeSlicingConfig") or {}).get("interval") or "Default"
-            wanted = (COMPUTE_DEFAULT, TIME_SLICES.get(interval, -1))
-        elif strategy == "MPS":
-            wanted = (COMPUTE_EXCLUSIVE_PROCESS, 0)
-    return wanted
+        found = params.get("sharing") or {}
+    return found
+
+
+def mebibytes(quantity: object) -> int | None:
+    """Whole MiB of a Kubernetes quantity (rounded down), None when it is none."""
+    text = str(quantity)
+    digits = text.rstrip("kMGTi")
+    try:
+        return int(float(digits) * _QUANTITY_SUFFIXES[text[len(digits):]]) // 2**20
+    except (ValueError, KeyError):
+        return None
+
+
+def wanted_mps(claims: Iterable[HeldClaim], uuids: Mapping[int, str], driver: str) -> dict[int, MpsDaemon | None]:
+    """Per GPU minor that a prepared claim's MPS config reaches as a whole GPU, the daemon it asks for (pinned limit:
+    the default one, a per-device entry keyed by the GPU's UUID or its index among the claim's MPS GPUs, sorted by
+    UUID, winning); None: not judged (a failed claim touches it, or two claims ask MPS of it). Minors absent: no daemon."""
+    out: dict[int, MpsDaemon | None] = {}
+    for claim in claims:
+        if not (claim.prepared or claim.failed):
+            continue
+        wants = []
+        for result in claim.results:
+            minor = whole_minor(result.device.device)
+            if minor is None:
+                mig = mig_instance(result.device.device, {})
+                # a daemon serving MIG devices is listed on their GPU: this model does not judge it
+                if mig is not None and (claim.failed or (reaching_sharing(claim.config, result.request, driver) or {}).get("strategy") == "MPS"):
+                    out[mig.minor] = None
+                continue
+            if claim.failed:
+                out[minor] = None
+                continue
+            sharing = reaching_sharing(claim.config, result.request, driver) or {}
+            if sharing.get("strategy") == "MPS":
+                wants.append((uuids.get(minor, ""), minor, sharing.get("mpsConfig") or {}))
+        group = sorted(u for u, _, _ in wants)
+        for uuid, minor, mps in wants:
+            pinned = mebibytes(mps["defaultPinnedDeviceMemoryLimit"]) if mps.get("defaultPinnedDeviceMemoryLimit") is not None else None
+            for key, value in (mps.get("defaultPerDevicePinnedMemoryLimit") or {}).items():
+                if key == uuid or (str(key).isdigit() and int(key) < len(group) and group[int(key)] == uuid):
+                    pinned = mebibytes(value)
+            thread = mps.get("defaultActiveThreadPercentage")
+            want = MpsDaemon(int(thread) if thread is not None else None, pinned)
+            out[minor] = want if minor not in out else None
+    return out
+
+
+def mps_problems(node: str, observed: NodeNvml, claims: Sequence[HeldClaim], driver: str) -> list[Violation]:
+    """The judged GPUs whose MPS control daemons are not what their prepared claims ask for."""
+    if observed.mps is None:
+        return []
+    wanted = wanted_mps(claims, observed.uuids, driver)
+    problems = []
+    for minor in sorted(set(observed.settings) | set(observed.mps)):
+        if minor in wanted and wanted[minor] is None:
+            continue
+        want, seen = wanted.get(minor), sorted(observed.mps.get(minor, ()), key=lambda d: d.pid)
+        asked = [] if want is None else [(want.active_thread_percentage, want.pinned_mib)]
+        held = [(d.active_thread_percentage, d.pinned_mib) for d in seen]
+        if want is None and seen:
+            problems.append(Violation(PHYSICAL, f"{node}: GPU {minor} has {len(seen)} MPS control daemon(s) (pids "
+                                      f"{[d.pid for d in seen]}); no prepared claim asks MPS of it", asked, held))
+        elif want is not None and held != asked:
+            problems.append(Violation(PHYSICAL, f"{node}: GPU {minor} has MPS control daemons holding (thread %, pinned MiB) "
+                                      f"{held}; its prepared claim asks for one holding {asked[0]}", asked, held))
+    return problems
 
 
 def expected_settings(claims: Iterable[HeldClaim], gpus: Iterable[int], driver: str) -> dict[int, tuple[int, int] | None]:
@@ -205,6 +295,7 @@ def judge_node(node: str, kind: str, observed: NodeNvml, claims: Sequence[HeldCl
     if half:
         problems.append(Violation(PHYSICAL, f"{node}: GPU instances without a compute instance: {named(half)}",
                                   [], named(half)))
+    problems += mps_problems(node, observed, claims, driver)
     for minor, wanted_settings in sorted(expected_settings(claims, observed.settings, driver).items()):
         seen = observed.settings.get(minor)
         if wanted_settings is not None and seen is not None and seen != wanted_settings:

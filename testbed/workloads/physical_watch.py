@@ -3,7 +3,8 @@
 Where a bed's node hardware is local (KWOK: every node's fake-NVML state directory under the cluster's
 home, whichever driver serves it), `PhysicalCheck` reads it after a step: the GPU and compute instances
 from the state directory, each GPU's compute mode and time slice through the fake NVML library (as a
-node tool would see them). Which claims are prepared it learns as the kubelet tells it: the stand-in
+node tool would see them), and the MPS control daemons the state lists (the stand-in kubelet runs their pods,
+testbed/kubelet/mps_pods.py; not for a driver in physical.MPS_NOT_RUN). Which claims are prepared it learns as the kubelet tells it: the stand-in
 kubelet marks a pod once its claims are prepared (testbed.kubelet.PREPARED_ANNOTATION) and records a
 `FailedPrepareDynamicResources` event when a prepare is refused. It judges once every pod's prepare
 has settled and NVML agrees, or when the bound runs out, whatever it sees then.
@@ -24,13 +25,13 @@ from kubernetes import client
 from fake_gpus.catalog import get_board
 from fake_gpus.machine.provision import usable_layouts
 from fake_gpus.node import LabelError, NodeHardware, hardware_from_labels
-from fake_gpus.nvml.state import StateError, validate_state_dir
+from fake_gpus.nvml.state import StateError, read_mps_daemons, validate_state_dir
 from testbed.kubelet import PREPARED_ANNOTATION
 from testbed.kubelet.daemon import FAILED_REASON
 from testbed.workloads.model import PodSpec
 from testbed.workloads.observe import ObservedClaim, observe_claims
 from testbed.workloads.oracle import Violation
-from testbed.workloads.physical import PHYSICAL, HeldClaim, Instance, NodeNvml, judge_node, known_leaks, off_layout
+from testbed.workloads.physical import PHYSICAL, HeldClaim, Instance, MpsDaemon, NodeNvml, judge_node, known_leaks, off_layout
 from testbed.workloads.properties import World
 
 if TYPE_CHECKING:
@@ -52,15 +53,20 @@ def static_layout(hardware: NodeHardware) -> dict[int, int]:
     return {ids[name]: count for name, count in usable_layouts(board).get(hardware.mode.mig_layout or "", {}).items()}
 
 
-def read_nvml(state_dir: Path) -> NodeNvml:
-    """A node's instances from its state directory, its GPUs' settings through the fake library; StateError
-    when the directory is missing or corrupt."""
+def read_nvml(state_dir: Path, mps: bool = True) -> NodeNvml:
+    """A node's instances and MPS daemons (unless `mps` is False) from its state directory, its GPUs' settings
+    through the fake library; StateError when the directory is missing or corrupt."""
     gpus, mig = validate_state_dir(state_dir)
     minor = {g.index: g.minor for g in gpus}
     with_ci = {(c.gpu, c.gi) for c in mig.compute_instances}
     made = {Instance(minor[g.gpu], g.profile_id, g.start, g.size): (g.gpu, g.id) in with_ci for g in mig.gpu_instances}
+    daemons: dict[int, tuple[MpsDaemon, ...]] | None = None
+    if mps:
+        daemons = {}
+        for d in read_mps_daemons(state_dir):
+            daemons[minor[d.gpu]] = daemons.get(minor[d.gpu], ()) + (MpsDaemon(d.active_thread_percentage, d.pinned_mib, d.pid),)
     return NodeNvml(frozenset(i for i, ci in made.items() if ci), frozenset(i for i, ci in made.items() if not ci),
-                    _settings(state_dir, {g.uuid: g.minor for g in gpus}))
+                    _settings(state_dir, {g.uuid: g.minor for g in gpus}), {g.minor: g.uuid for g in gpus}, daemons)
 
 
 @functools.cache
@@ -135,6 +141,7 @@ class PhysicalCheck:
     # "physical-known-leaks" (judgements that excused a known leak)
     stats: dict[str, int] = field(default_factory=dict)
     excusing: bool = False  # the last look excused a known leak
+    mps: bool = True  # judge MPS control daemons (False for a driver whose daemons the bed cannot run: physical.MPS_NOT_RUN)
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
@@ -195,7 +202,7 @@ class PhysicalCheck:
         problems, self.excusing = [], False
         for node, hardware in sorted(self.nodes().items()):
             try:
-                observed = read_nvml(self.state_dir(node))
+                observed = read_nvml(self.state_dir(node), self.mps)
             except (OSError, StateError) as exc:
                 problems.append(Violation(PHYSICAL, f"{node}: its NVML state cannot be read: {exc}"))
                 continue

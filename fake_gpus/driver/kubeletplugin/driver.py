@@ -18,6 +18,7 @@ from fake_gpus.driver.identity import parse_device_name
 from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, MIG_STATIC, cdi, gpuconfig
 from fake_gpus.driver.kubeletplugin.checkpoint import PREPARED, PREPARING, Checkpoint, ClaimRecord, GroupRecord, MigRecord, PreparedDevice
 from fake_gpus.driver.kubeletplugin.claims import AllocatedDevice, ClaimError, allocated_devices
+from fake_gpus.driver.kubeletplugin.device_status import ClaimId, DeviceStatusWriter
 from fake_gpus.driver.kubeletplugin.strategies import MpsControl, NvidiaSmi, StrategyError, mps_daemon_id
 from fake_gpus.driver.nvml_adapter import DeviceError, MigDevice, Nvml, Placement
 
@@ -51,6 +52,8 @@ class DriverSettings:
 
 
 SHARING_IGNORED = "sharing-ignored"  # fault switch: prepare applies no sharing strategy
+MPS_LIMITS_IGNORED = "mps-limits-ignored"  # fault switch: the MPS daemon gets none of the claim's limits
+MPS_DAEMON_LEFT_BEHIND = "mps-daemon-left-behind"  # fault switch: unprepare leaves the MPS daemon running
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Driver:
         self.checkpoint = checkpoint
         self.read_claim = read_claim
         self.lock = threading.Lock()
+        self.status: DeviceStatusWriter | None = None  # reports prepared devices in the claim's status.devices
 
     # --- prepare ---
 
@@ -92,7 +96,10 @@ class Driver:
             return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: injected fault prepare-fails")
         try:
             with self.lock, self.session():
-                return PrepareResult(devices=self._prepare(ref))
+                devices = self._prepare(ref)
+            if self.status is not None:  # outside the lock: an API call that changes nothing on the node
+                self.status.prepared(ClaimId(ref.namespace, ref.name, ref.uid), devices)
+            return PrepareResult(devices=devices)
         except (ClaimError, DeviceError, ValueError, StrategyError, pynvml.NVMLError) as exc:
             return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {exc}")
         except Exception as exc:  # noqa: BLE001 - one bad claim must never take the plugin down
@@ -246,6 +253,8 @@ class Driver:
         try:
             with self.lock, self.session():
                 self._unprepare(ref.uid)
+            if self.status is not None:
+                self.status.unprepared(ClaimId(ref.namespace, ref.name, ref.uid))
             return ""
         except (DeviceError, StrategyError, pynvml.NVMLError, OSError) as exc:
             return f"claim {ref.namespace}/{ref.name}: {exc}"
@@ -341,6 +350,8 @@ class Driver:
         for key, name in (("defaultActiveThreadPercentage", "MPS_ACTIVE_THREAD_PERCENTAGE"), ("multiUser", "MPS_MULTI_USER")):
             if (sharing.mps or {}).get(key) is not None:
                 settings[name] = str(sharing.mps[key]).lower()
+        if MPS_LIMITS_IGNORED in self.settings.faults:  # the fault: the daemon starts with its own defaults
+            settings = {k: v for k, v in settings.items() if k == "MPS_MULTI_USER"}
         state.mps_daemon, state.mps_gpus = daemon, gpus
         self.checkpoint.save()
         try:
@@ -355,7 +366,7 @@ class Driver:
         for group in groups:
             if group.mps_daemon and self.settings.mps is not None:
                 try:
-                    self.settings.mps.stop(group.mps_daemon)
+                    self.settings.mps.stop(group.mps_daemon, keep_deployment=MPS_DAEMON_LEFT_BEHIND in self.settings.faults)
                     self.settings.smi.set_compute_mode(group.mps_gpus, "DEFAULT")
                 except StrategyError as exc:
                     raise StrategyError(f"error stopping MPS control daemon: {exc}") from exc

@@ -17,7 +17,10 @@ from fake_gpus.driver.kubeletplugin import MIG_DYNAMIC, cdi
 from fake_gpus.driver.kubeletplugin.calllog import SELF_CHECK, CallLog
 from fake_gpus.driver.kubeletplugin.checkpoint import Checkpoint
 from fake_gpus.driver.kubeletplugin.claims import api_client, read_claim
+from fake_gpus.driver.claim_status import api_apply
+from fake_gpus.driver.kubeletplugin.device_status import DeviceStatusWriter
 from fake_gpus.driver.kubeletplugin.driver import ClaimRef, Driver, DriverSettings
+from fake_gpus.driver.kubeletplugin.health_stream import POLL_S, DeviceHealthSource, driver_inventory
 from fake_gpus.driver.nvml_adapter import Nvml, library_dir, load_library
 from fake_gpus.driver.kubeletplugin.protos import KubeletProtos, load
 from fake_gpus.driver.kubeletplugin.strategies import MpsControl, NvidiaSmi
@@ -123,25 +126,50 @@ class RegistrationService:
 
 
 class HealthService:
-    """Streams every device of the node as healthy; sends again whenever the device list changes."""
+    """Streams every device of the node with its health (health_stream: as our taints judge it): sends when a
+    device's health or the device list changes (looked at every POLL_S on a monitored node) and again every
+    health interval, so the kubelet, which turns a device not reported for a while Unknown, keeps it current."""
 
     def __init__(self, plugin: "KubeletPlugin") -> None:
         self.plugin = plugin
+        self._source: DeviceHealthSource | None = None
+        self._lock = threading.Lock()
+
+    def source(self) -> DeviceHealthSource:
+        """The node's device health, its monitor started by the first stream (the kubelet opens one at registration)."""
+        with self._lock:
+            if self._source is None:
+                p, cfg = self.plugin, self.plugin.config
+                state_dir = cfg.state_dir.resolve() if cfg.state_dir else None
+                self._source = DeviceHealthSource(cfg.node_name, node_mode(p._api(), cfg.node_name), state_dir,
+                                                  cfg.nvml_lib_dir or library_dir(), lambda: driver_inventory(p.driver), cfg.faults,
+                                                  cfg.health_interval)
+            return self._source
 
     def NodeWatchResources(self, request, context):
         h = self.plugin.protos.health
         if self.plugin.calls is not None:
             self.plugin.calls.record("NodeWatchResources", "v1alpha1")
-        sent: list[str] | None = None
+        source = self.source()
+        pause = POLL_S if source.monitored else self.plugin.config.health_interval
+        sent: list[tuple[str, bool]] | None = None
+        sent_at = 0.0
         while context.is_active() and not self.plugin.stopping.is_set():
-            names = self.plugin.driver.device_names()
-            if names != sent:
+            health = source.health()
+            if health != sent or time.monotonic() - sent_at >= self.plugin.config.health_interval:
                 now = int(time.time())
                 yield h.NodeWatchResourcesResponse(devices=[
-                    h.DeviceHealth(device=h.DeviceIdentifier(pool_name=self.plugin.pool_name, device_name=n),
-                                   health=h.HEALTHY, last_updated_time=now) for n in names])
-                sent = names
-            self.plugin.stopping.wait(self.plugin.config.health_interval)
+                    h.DeviceHealth(device=h.DeviceIdentifier(pool_name=self.plugin.pool_name, device_name=name),
+                                   health=h.HEALTHY if healthy else h.UNHEALTHY, last_updated_time=now)
+                    for name, healthy in health])
+                sent, sent_at = health, time.monotonic()
+            self.plugin.stopping.wait(pause)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._source is not None:
+                self._source.close()
+                self._source = None
 
 
 class KubeletPlugin:
@@ -158,6 +186,7 @@ class KubeletPlugin:
         self._nvml: Nvml | None = None
         self.calls: CallLog | None = CallLog.from_env(config.plugin_dir, config.node_name, environ)
         self.driver: Driver
+        self.health: HealthService | None = None
 
     def start(self) -> None:
         cfg = self.config
@@ -173,7 +202,7 @@ class KubeletPlugin:
         shares = cfg.shares if cfg.shares_set else (mode.shares if mode else None)
         smi = cfg.state_dir / DRIVER_ROOT_DIR / SMI if cfg.state_dir is not None else None
         mps_root = cfg.plugin_dir / "mps"
-        mps = MpsControl(api, cfg.node_name, cfg.namespace, mps_root, mps_root.resolve())
+        mps = MpsControl(api, cfg.node_name, cfg.namespace, mps_root, mps_root.resolve(), nvml_state=host_state)
         settings = DriverSettings(cfg.driver, self.pool_name, cfg.cdi_dir, mounts, cfg.mig_mode, cfg.faults, driver_root,
                                   shares=shares, dynamic_mig_node=mode is not None and mode.kind == "dynamic-mig",
                                   smi=NvidiaSmi(str(smi)) if smi is not None else NvidiaSmi(), mps=mps)
@@ -181,13 +210,16 @@ class KubeletPlugin:
         if "checkpoint-lost" not in cfg.faults:  # the fault: start as if nothing had been prepared here
             checkpoint.load()
         self.driver = Driver(settings, self._nvml, checkpoint, lambda ns, n: read_claim(api, ns, n), self._nvml_session)
+        self.driver.status = DeviceStatusWriter(cfg.driver, self.pool_name, cfg.node_name, lambda ns, n: read_claim(api, ns, n),
+                                                api_apply(api), log, cfg.faults)
         for d in (cfg.plugin_dir, cfg.registry_dir, cfg.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         dra = self._server()
         for version, messages, grpc_mod in (("v1", self.protos.dra_v1, self.protos.dra_v1_grpc),
                                             ("v1beta1", self.protos.dra_v1beta1, self.protos.dra_v1beta1_grpc)):
             grpc_mod.add_DRAPluginServicer_to_server(DraService(self, messages, version), dra)
-        self.protos.health_grpc.add_DRAResourceHealthServicer_to_server(HealthService(self), dra)
+        self.health = HealthService(self)
+        self.protos.health_grpc.add_DRAResourceHealthServicer_to_server(self.health, dra)
         self._serve(dra, cfg.dra_socket)
         # Registration last: the kubelet connects to the DRA socket as soon as it sees this one.
         reg = self._server()
@@ -259,6 +291,8 @@ class KubeletPlugin:
             server.stop(grace=2).wait()
         for socket in (self.config.registration_socket, self.config.dra_socket):
             socket.unlink(missing_ok=True)
+        if self.health is not None:  # its monitor process, which would outlive a hosted node otherwise
+            self.health.close()
         if self._nvml is not None:
             self._nvml.close()
             self._nvml = None

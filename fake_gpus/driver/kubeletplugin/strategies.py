@@ -6,7 +6,10 @@ reset sets both back (DEFAULT, 0). MPS: compute mode EXCLUSIVE_PROCESS, a contro
 the devices' UUIDs, sorted and comma-joined), its pipe, shm and log directories under the plugin directory,
 and CDI edits that hand a container the pipe and shm directories. NVIDIA's plugin mounts a tmpfs on the shm
 directory (it runs as root); ours leaves it a plain directory, as a KWOK node runs no container that would
-use it.
+use it. The Deployment's container runs the script NVIDIA's template does, in shape: `nvidia-cuda-mps-control
+-d`, one `set_default_*` command per setting piped to it, a startup file its startup probe reads, then the
+control log followed; on a fake node it also mounts the node's fake-NVML state, where the stand-in
+nvidia-cuda-mps-control (fake_gpus/nvml/mps_control.py) lists the daemon.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from kubernetes.client.exceptions import ApiException
 
 MPS_PIPE_IN_CONTAINER = "/tmp/nvidia-mps"
 MPS_SHM_IN_CONTAINER = "/dev/shm"
+MPS_LOG_IN_CONTAINER = "/var/log/nvidia-mps"
+NVML_STATE_IN_CONTAINER = "/var/lib/dra-testbed/nvml"  # fake_gpus.nvml.state.NODE_STATE_DIR, where the fake NVML looks
 _MOUNT_OPTIONS = ["rw", "nosuid", "nodev", "bind"]
 READY_TIMEOUT = 30.0  # NVIDIA's plugin retries its readiness check about 15 s; a loaded test machine is slower
 
@@ -71,6 +76,21 @@ def mps_daemon_name(daemon_id: str) -> str:
     return f"mps-control-daemon-{daemon_id}"
 
 
+def control_script(settings: dict[str, str]) -> str:
+    """The control daemon container's shell script: start the daemon, hand it each setting, mark startup done
+    (the startup probe's file), then follow its log (the container lives as long as the daemon should)."""
+    run = "nvidia-cuda-mps-control"
+    log = '"$CUDA_MPS_LOG_DIRECTORY"'  # the container's env names it (a stand-in runtime without mounts gives the host's path)
+    lines = ["set -e", f"rm -f {log}/startup.log",
+             f"{run} -d" + (" -M" if settings.get("MPS_MULTI_USER") == "true" else "")]
+    if "MPS_ACTIVE_THREAD_PERCENTAGE" in settings:
+        lines.append(f"echo set_default_active_thread_percentage {settings['MPS_ACTIVE_THREAD_PERCENTAGE']} | {run}")
+    prefix = "MPS_PINNED_MEM_LIMIT_"
+    lines += [f"echo set_default_device_pinned_mem_limit {k[len(prefix):]} {v} | {run}" for k, v in sorted(settings.items()) if k.startswith(prefix)]
+    lines += [f'echo "startup complete" > {log}/startup.log', f"tail -n +1 -f {log}/control.log"]
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class MpsControl:
     """Where control daemons live: the node they are pinned to, their namespace, their files' root (as the plugin
@@ -82,6 +102,7 @@ class MpsControl:
     root: Path
     host_root: Path
     image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu"
+    nvml_state: Path | None = None  # a fake node's NVML state directory as the host sees it (None: a real node)
 
     def dirs(self, daemon_id: str) -> dict[str, Path]:
         return {name: self.root / daemon_id / name for name in ("pipe", "shm", "log")}
@@ -95,14 +116,28 @@ class MpsControl:
 
     def deployment(self, daemon_id: str, device_uuids: list[str], settings: dict[str, str]) -> dict:
         name = mps_daemon_name(daemon_id)
-        env = [{"name": "CUDA_VISIBLE_DEVICES", "value": ",".join(sorted(device_uuids))}]
+        env = [{"name": "CUDA_VISIBLE_DEVICES", "value": ",".join(sorted(device_uuids))},
+               {"name": "CUDA_MPS_PIPE_DIRECTORY", "value": MPS_PIPE_IN_CONTAINER},
+               {"name": "CUDA_MPS_LOG_DIRECTORY", "value": MPS_LOG_IN_CONTAINER}]
         env += [{"name": k, "value": v} for k, v in sorted(settings.items())]
+        host = self.host_root / daemon_id
+        mounts = {"mps-pipe-directory": (host / "pipe", MPS_PIPE_IN_CONTAINER), "mps-shm-directory": (host / "shm", MPS_SHM_IN_CONTAINER),
+                  "mps-log-directory": (host / "log", MPS_LOG_IN_CONTAINER)}
+        if self.nvml_state is not None:
+            mounts["fake-nvml-state"] = (self.nvml_state, NVML_STATE_IN_CONTAINER)
+            env.append({"name": "FAKE_NVML_STATE_DIR", "value": NVML_STATE_IN_CONTAINER})
+        startup = f"{MPS_LOG_IN_CONTAINER}/startup.log"
+        container = {"name": "mps-control-daemon", "image": self.image, "env": env, "command": ["sh", "-c"], "args": [control_script(settings)],
+                     "securityContext": {"privileged": True},
+                     "startupProbe": {"exec": {"command": ["cat", startup]}, "initialDelaySeconds": 1, "periodSeconds": 1},
+                     "volumeMounts": [{"name": n, "mountPath": c} for n, (_, c) in mounts.items()]}
+        volumes = [{"name": n, "hostPath": {"path": str(h)}} for n, (h, _) in mounts.items()]
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": self.namespace, "labels": {"app": name}},
                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                          "template": {"metadata": {"labels": {"app": name}},
                                       "spec": {"nodeName": self.node, "hostPID": True,
                                                "tolerations": [{"operator": "Exists"}],  # a fake node's taints must not keep it off
-                                               "containers": [{"name": "mps-control-daemon", "image": self.image, "env": env}]}}}}
+                                               "containers": [container], "volumes": volumes}}}}
 
     def start(self, daemon_id: str, device_uuids: list[str], settings: dict[str, str]) -> None:
         """Directories, then the Deployment (an existing one is this claim's from an earlier attempt)."""
@@ -140,10 +175,14 @@ class MpsControl:
             pause = min(pause * 2, 2.0)
         raise StrategyError(f"MPS control daemon is not yet ready: {reason}")
 
-    def stop(self, daemon_id: str) -> None:
-        """Delete the Deployment (foreground: its pod goes first) and the directories; nothing there is done."""
+    def stop(self, daemon_id: str, keep_deployment: bool = False) -> None:
+        """Delete the Deployment (foreground: its pod goes first) and the directories; nothing there is done.
+        `keep_deployment`: fault mps-daemon-left-behind, the daemon keeps running."""
         if not (self.root / daemon_id).exists():
             return  # NVIDIA's rule: no directories, no daemon
+        if keep_deployment:
+            shutil.rmtree(self.root / daemon_id, ignore_errors=True)
+            return
         try:
             client.AppsV1Api(self._api()).delete_namespaced_deployment(
                 mps_daemon_name(daemon_id), self.namespace, propagation_policy="Foreground", _request_timeout=30)

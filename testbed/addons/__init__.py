@@ -1,0 +1,1 @@
+"""Scheduler add-ons from their own projects, built from their Go modules and run against a test bed."""
