@@ -94,7 +94,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dra-testbed")
     group.addoption("--backend", default="kwok", choices=sorted(BACKENDS), help="cluster backend")
     group.addoption("--k8s", default=DEFAULT_MINOR, help="Kubernetes minor of the test bed")
-    group.addoption("--layout", default=str(DEFAULT_LAYOUT), help="layout file of the test bed")
+    # no default here: with --kubeconfig, a layout not given means the fleet installed there (None tells them apart)
+    group.addoption("--layout", default=None, help=f"layout file of the test bed (default {DEFAULT_LAYOUT.name}; with "
+                    "--kubeconfig, the fleet `dra-testbed install` put there)")
     group.addoption("--cluster-name", default=None, help=f"name of the test-bed cluster (default: {SESSION_LABEL} plus a "
                     "random suffix, so that sessions at the same time never meet; exactly that with --keep-cluster or --reuse-cluster)")
     for flag, keywords in driver_options(what="the DRA driver of the session's test bed"):
@@ -121,11 +123,10 @@ def bed(request: pytest.FixtureRequest) -> BedFactory:
 def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed]:
     """The session's cluster: brought up once (setup), shared by tests, torn down at the end."""
     opts = request.config.option
-    layout = load_layout(opts.layout) if opts.layout else None
+    given = load_layout(opts.layout) if opts.layout else None
     if opts.kubeconfig:
-        # someone else's cluster: checked to serve DRA, never started or stopped. No --layout (the default
-        # is our beds'): the fleet `dra-testbed install` put there, if any
-        given = layout if opts.layout != str(DEFAULT_LAYOUT) else None
+        # someone else's cluster: checked to serve DRA, never started or stopped. No --layout: the fleet
+        # `dra-testbed install` put there, if any
         with bed_session(ClusterSpec(name="existing", layout=given), "existing", kubeconfig=opts.kubeconfig) as existing:
             yield TestBed("existing", existing.kubeconfig, existing.api, existing.cluster.layout_or_installed(given))
         return
@@ -135,7 +136,7 @@ def testbed(request: pytest.FixtureRequest, bed: BedFactory) -> Iterator[TestBed
         pytest.exit(f"--driver: {exc}", returncode=2)
     # a fixed default name made a second session at the same time (a colleague's, a second CI job) force-replace
     # this one's cluster mid-test: seen in a CI run whose NVIDIA tests lost their bed all at once
-    with bed(layout, driver, **session_naming(opts)) as session_bed:
+    with bed(given or load_layout(DEFAULT_LAYOUT), driver, **session_naming(opts)) as session_bed:
         yield session_bed
 
 
