@@ -5,6 +5,7 @@ backoff; a deleted pod leaves no daemon. No cluster: the pod object is built fro
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -21,8 +22,9 @@ def _pod(tmp_path: Path, uuid: str, settings: dict[str, str]):
     control = MpsControl(None, "n", "ns", root, root, nvml_state=tmp_path / "nvml")
     for d in control.dirs("x").values():
         d.mkdir(parents=True)
-    spec = control.deployment("x", [uuid], settings)["spec"]["template"]["spec"]
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": spec}
+    template = control.deployment("x", [uuid], settings)["spec"]["template"]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u1", **template["metadata"]},
+            "spec": template["spec"]}
     return ApiClient().deserialize(json.dumps(body), "V1Pod", "application/json")
 
 
@@ -39,6 +41,9 @@ def test_a_daemon_pod_runs_on_the_host_and_goes_with_its_pod(tmp_path: Path) -> 
     (gpu, _) = state.create_state_dir(tmp_path / "nvml", [("h100-80gb", 2)])
     pod = _pod(tmp_path, gpu.uuid, {"MPS_ACTIVE_THREAD_PERCENTAGE": "30", f"MPS_PINNED_MEM_LIMIT_{gpu.uuid}": "1024M"})
     assert runnable(pod)
+    stranger = copy.deepcopy(pod)
+    stranger.metadata.labels = {"app": "web"}
+    assert not runnable(stranger)  # the same container in a pod of no control daemon Deployment: never run on the host
     pods = MpsPods(lambda node: node == "n")
     try:
         pods.handle(pod)

@@ -31,7 +31,11 @@ BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # the kubelet's restart backoff of a c
 
 
 def runnable(pod) -> bool:
-    """A control daemon pod this runtime can run: its one container a shell script without chroot."""
+    """A control daemon pod this runtime can run: a pod of a control daemon Deployment (its `app` label the
+    Deployment's name, as our plugin makes them: a script on the host is run for these pods only), its one container
+    a shell script without chroot."""
+    if not ((pod.metadata.labels or {}).get("app") or "").startswith(CONTAINER + "-"):
+        return False
     containers = pod.spec.containers or []
     if len(containers) != 1 or containers[0].name != CONTAINER:
         return False
