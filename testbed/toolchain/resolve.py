@@ -221,18 +221,18 @@ def _ensure_names(project: Project, names: list[str], release: Release, **option
     subset = sorted(set(names))
     if subset == sorted(project.binaries):
         return ensure_project(project, release, **options)
-    whole = CachedRelease.at(project.name, release.project_version(project.name), options.get("cache_root"))
+    version, variant = release.project_version(project.name), "+" + ",".join(subset)
+    for cached in (CachedRelease.at(project.name, version, options.get("cache_root")),
+                   CachedRelease.at(project.name, version + variant, options.get("cache_root"))):
+        if not cached.problems():  # verified once here, not again by ensure_project
+            return cached, "cache"
     part = dataclasses.replace(project, binaries=tuple(subset))
-    variant = "+" + ",".join(subset)
-    if whole.problems() and not CachedRelease.at(project.name, release.project_version(project.name) + variant,
-                                                    options.get("cache_root")).problems():
-        return ensure_project(part, release, variant=variant, **options)
     try:
         return ensure_project(project, release, **options)
     except ToolchainError as exc:
         if not options.get("allow_build", True):
             raise
         left_out = ", ".join(sorted(set(project.binaries) - set(subset)))
-        progress.note(f"[yellow]{project.name} {release.project_version(project.name)} could not be made whole "
+        progress.note(f"[yellow]{project.name} {version} could not be made whole "
                       f"({str(exc).splitlines()[0][:160]}); building only {', '.join(subset)} (not {left_out})[/yellow]")
         return ensure_project(part, release, variant=variant, **options)
