@@ -9,6 +9,7 @@ that a matter of seconds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -60,12 +61,17 @@ def error_position(message: str) -> tuple[int, int, str] | None:
     return (int(found[1]), int(found[2]), found[3].strip()) if found else None
 
 
+@functools.cache
+def _sources_digest(interned: bool) -> str:
+    """A digest of the helper's sources for one input shape, read once per process (every evaluate() asks)."""
+    return hashlib.sha256((SOURCE.read_text() + DEVICE_SOURCES[interned].read_text()).encode()).hexdigest()[:10]
+
+
 def helper_path(minor: str) -> Path:
     """The helper binary for `minor`, built when not cached."""
     release = release_for(minor)
     interned = tuple(int(x) for x in release.minor.split(".")) >= INTERNED_FROM
-    sources = SOURCE.read_text() + DEVICE_SOURCES[interned].read_text()
-    digest = hashlib.sha256(sources.encode()).hexdigest()[:10]  # a changed helper is rebuilt, not taken from the cache
+    digest = _sources_digest(interned)  # a changed helper is rebuilt, not taken from the cache
     home = cache_root() / "tools" / f"dra-cel-{release.staging}-{digest}"
     binary = home / "dra-cel"
     if binary.is_file():
